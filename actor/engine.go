@@ -1,0 +1,180 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// Engine is an agent: given a turn so far it decides the next step. It
+// must keep no per-session state of its own between calls — everything it
+// needs is in TurnInput, which is rebuilt from the log — so that a turn can
+// go on after a disconnect, a passivation or a crash.
+type Engine interface {
+	// Next returns the next step of the turn that answers in.User: a final
+	// reply, or a tool call whose result the next call will see in
+	// in.Steps. It may take long (a model call); ctx ends it on shutdown.
+	Next(ctx context.Context, in TurnInput) (Action, error)
+	// Tool returns the named tool, if this engine offers it.
+	Tool(name string) (Tool, bool)
+}
+
+// TurnInput is what an engine sees.
+type TurnInput struct {
+	SessionID string
+	// User is the user entry this turn answers.
+	User wal.Entry
+	// Steps are the tool entries already logged in this turn, oldest first.
+	Steps []wal.Entry
+	// History holds up to HistoryLen entries before User, oldest first.
+	History      []wal.Entry
+	Context      map[string]any
+	AgentContext map[string]any
+}
+
+// HistoryLen is how many earlier entries an engine is shown.
+const HistoryLen = 20
+
+// Action is an engine's decision. Exactly one of Reply and Call is set.
+type Action struct {
+	Reply string
+	Call  *Call
+	// AgentContext keys are merged into the session's agent context.
+	AgentContext map[string]any
+}
+
+// Call asks for a tool run.
+type Call struct {
+	Name string
+	Args map[string]any
+}
+
+// Tool is something an agent can run. Idempotent tools may be run again
+// when a crash left their call unfinished; others are logged as failed.
+// Running a Sensitive tool marks the session sensitive.
+type Tool struct {
+	Name       string
+	Idempotent bool
+	Sensitive  bool
+	// Run does the work. progress reports an intermediate result, which is
+	// kept in the session's pending tool call.
+	Run func(ctx context.Context, args map[string]any, progress func(string)) (string, error)
+}
+
+// Echo is the default engine: it answers every message at once.
+type Echo struct{}
+
+var _ Engine = Echo{}
+
+// Next replies "Agent reply: <text>".
+func (Echo) Next(_ context.Context, in TurnInput) (Action, error) {
+	return Action{Reply: "Agent reply: " + in.User.Content}, nil
+}
+
+// Tool reports that echo has no tools.
+func (Echo) Tool(string) (Tool, bool) { return Tool{}, false }
+
+// DemoConfig configures the demo engine.
+type DemoConfig struct {
+	// SearchDelay is how long the search tool takes. Default 3s.
+	SearchDelay time.Duration
+	// SearchIdempotent declares the search tool idempotent, so a call cut
+	// short by a crash is run again instead of being logged as failed.
+	SearchIdempotent bool
+}
+
+// Demo answers through a slow `search` tool, and through a `payment` tool
+// (declared sensitive) when the message mentions paying. It counts tool
+// runs so tests can prove a call ran once.
+type Demo struct {
+	cfg  DemoConfig
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+var _ Engine = (*Demo)(nil)
+
+// NewDemo returns a demo engine.
+func NewDemo(cfg DemoConfig) *Demo {
+	if cfg.SearchDelay <= 0 {
+		cfg.SearchDelay = 3 * time.Second
+	}
+	return &Demo{cfg: cfg, runs: make(map[string]int)}
+}
+
+// Runs reports how many times the named tool has started running.
+func (d *Demo) Runs(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.runs[name]
+}
+
+func (d *Demo) count(name string) {
+	d.mu.Lock()
+	d.runs[name]++
+	d.mu.Unlock()
+}
+
+// Next: first a tool call, then a reply built from the tool's result.
+func (d *Demo) Next(_ context.Context, in TurnInput) (Action, error) {
+	text := in.User.Content
+	if len(in.Steps) == 0 {
+		if strings.Contains(strings.ToLower(text), "pay") {
+			return Action{Call: &Call{Name: "payment", Args: map[string]any{"memo": text}}}, nil
+		}
+		return Action{Call: &Call{Name: "search", Args: map[string]any{"query": text}}}, nil
+	}
+	last := in.Steps[len(in.Steps)-1]
+	name, _ := last.Metadata["name"].(string)
+	if status, _ := last.Metadata["status"].(string); status == "failed" {
+		return Action{Reply: fmt.Sprintf("The %s for %q did not finish (%s); ask again if you still need it.", name, text, last.Content)}, nil
+	}
+	if name == "payment" {
+		return Action{Reply: "Payment done: " + last.Content}, nil
+	}
+	return Action{
+		Reply:        fmt.Sprintf("I searched for %q. %s", text, last.Content),
+		AgentContext: map[string]any{"last_query": text},
+	}, nil
+}
+
+// Tool returns search or payment.
+func (d *Demo) Tool(name string) (Tool, bool) {
+	switch name {
+	case "search":
+		return Tool{Name: name, Idempotent: d.cfg.SearchIdempotent, Run: d.search}, true
+	case "payment":
+		return Tool{Name: name, Sensitive: true, Run: d.payment}, true
+	}
+	return Tool{}, false
+}
+
+func (d *Demo) search(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
+	d.count("search")
+	q, _ := args["query"].(string)
+	const sources = 3
+	for i := 1; i <= sources; i++ {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(d.cfg.SearchDelay / sources):
+		}
+		progress(fmt.Sprintf("searched %d of %d sources", i, sources))
+	}
+	return fmt.Sprintf("Found %d results for %q.", sources, q), nil
+}
+
+func (d *Demo) payment(ctx context.Context, args map[string]any, _ func(string)) (string, error) {
+	d.count("payment")
+	memo, _ := args["memo"].(string)
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(d.cfg.SearchDelay / 3):
+	}
+	return fmt.Sprintf("receipt for %q", memo), nil
+}
