@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/wal"
+)
+
+// Metrics are a node's Prometheus metrics, on a registry of their own (no
+// global state, so tests can run many servers in one process).
+type Metrics struct {
+	reg    *prometheus.Registry
+	conns  prometheus.Gauge
+	batch  prometheus.Histogram
+	resume prometheus.Histogram
+	errors *prometheus.CounterVec
+}
+
+// NewMetrics makes the gateway's own metrics plus Go and process ones.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_connections", Help: "Open client WebSocket connections.",
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tether_wal_fsync_batch_requests", Help: "Write requests carried by one fsync (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		resume: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tether_resume_seconds", Help: "From a resuming hello to its history_batch being queued.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_errors_total", Help: "Error frames sent to clients, by code.",
+		}, []string{"code"}),
+	}
+	m.reg.MustRegister(m.conns, m.batch, m.resume, m.errors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveCommit is wal.Config.OnCommit's hook.
+func (m *Metrics) ObserveCommit(requests, _ int) { m.batch.Observe(float64(requests)) }
+
+// ObserveResume records one resume's latency (for backends that measure
+// it themselves).
+func (m *Metrics) ObserveResume(d time.Duration) { m.resume.Observe(d.Seconds()) }
+
+// Watch exposes the counters of the log and of the session registry.
+func (m *Metrics) Watch(log func() wal.Stats, sessions func() actor.Stats) {
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	m.reg.MustRegister(
+		counter("tether_wal_appends_total", "Entries appended durably.", func() float64 { return float64(log().Entries) }),
+		counter("tether_wal_fsyncs_total", "Fsynced commits of the log.", func() float64 { return float64(log().Syncs) }),
+		counter("tether_wal_sessions_deleted_total", "Sessions deleted by retention.", func() float64 { return float64(log().Deleted) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_sessions_active", Help: "Session actors in memory."},
+			func() float64 { return float64(sessions().Active) }),
+		counter("tether_sessions_activated_total", "Sessions created or loaded from the log.", func() float64 { return float64(sessions().Activations) }),
+		counter("tether_sessions_passivated_total", "Session actors stopped (idle, expired, completed).", func() float64 { return float64(sessions().Passivations) }),
+		counter("tether_tool_runs_total", "Tool runs started.", func() float64 { return float64(sessions().ToolRuns) }),
+	)
+}

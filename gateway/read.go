@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/actor"
+)
+
+// MaxSendIDLen is the longest client send id, in characters.
+const MaxSendIDLen = 64
+
+// serve is the reader goroutine: hello, then one frame at a time until
+// the socket ends. On the way out it detaches the session, which starts
+// the reconnect window.
+func (c *conn) serve() {
+	defer c.srv.wg.Done()
+	defer c.cleanup()
+	go c.writeLoop()
+	c.ws.SetReadLimit(c.srv.cfg.MaxFrame)
+	c.ws.SetPongHandler(func(string) error {
+		c.extendDeadline()
+		return nil
+	})
+	_ = c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.HelloTimeout))
+	if c.hello() {
+		for c.next() {
+		}
+	}
+	// Wait for the peer's answer to our close (or the grace to pass), so
+	// the close handshake completes.
+	for {
+		if _, _, err := c.ws.ReadMessage(); err != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) cleanup() {
+	close(c.readerDone)
+	<-c.writerDone
+	c.ws.Close()
+	if c.sess != nil {
+		c.sess.Detach()
+	}
+	c.srv.untrack(c)
+}
+
+func (c *conn) extendDeadline() {
+	if !c.isClosing() {
+		_ = c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
+	}
+}
+
+// read returns the next client frame, or ok=false when the connection is
+// done (its close has been requested already, or the socket failed).
+// decodeErr is set for a frame that is JSON but not a valid frame.
+func (c *conn) read() (f ClientFrame, decodeErr error, ok bool) {
+	mt, data, err := c.ws.ReadMessage()
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && c.sess == nil && !c.isClosing() {
+			c.fail(CodeBadRequest, "no hello frame in time", ClosePolicy)
+		}
+		// ErrReadLimit: gorilla has already closed with 1009.
+		return f, nil, false
+	}
+	switch {
+	case mt != websocket.TextMessage:
+		c.fail(CodeBadRequest, "only text frames are accepted", CloseUnsupported)
+		return f, nil, false
+	case !utf8.Valid(data):
+		c.fail(CodeBadRequest, "frame is not valid UTF-8", CloseInvalidPayload)
+		return f, nil, false
+	case !json.Valid(data):
+		c.fail(CodeBadRequest, "frame is not valid JSON", CloseInvalidPayload)
+		return f, nil, false
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return f, fmt.Errorf("malformed frame: %v", err), true
+	}
+	if f.Type == "" {
+		return f, errors.New("frame has no type"), true
+	}
+	return f, nil, true
+}
+
+// hello handles the first frame; it reports whether a session is attached.
+func (c *conn) hello() bool {
+	f, bad, ok := c.read()
+	if !ok {
+		return false
+	}
+	switch {
+	case bad != nil:
+		c.fail(CodeBadRequest, bad.Error(), ClosePolicy)
+		return false
+	case f.Type != TypeHello:
+		c.fail(CodeBadRequest, "the first frame must be hello", ClosePolicy)
+		return false
+	}
+	start := time.Now()
+	id, err := Verify(c.srv.cfg.Secret, f.Token, c.srv.cfg.Now())
+	if err != nil {
+		c.fail(CodeUnauthorized, err.Error(), ClosePolicy)
+		return false
+	}
+	sess, err := c.srv.cfg.Backend.Open(c.srv.ctx, actor.OpenRequest{
+		SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c,
+	})
+	switch {
+	case errors.Is(err, actor.ErrReauthRequired):
+		c.fail(CodeReauthRequired, "this session is sensitive: log in again to resume it", CloseReauth)
+		return false
+	case errors.Is(err, actor.ErrBadLastSeq):
+		c.fail(CodeBadRequest, "last_seq is beyond the session's last seq", ClosePolicy)
+		return false
+	case errors.Is(err, actor.ErrClosed):
+		c.Close(CloseRestart, "node shutting down")
+		return false
+	case errors.Is(err, ErrUnavailable):
+		c.fail(CodeUnavailable, "the session's owner cannot be reached; retry", CloseTryAgain)
+		return false
+	case err != nil:
+		c.srv.log.Error("open session", "err", err)
+		c.fail(CodeInternal, "could not open the session", CloseInternal)
+		return false
+	}
+	c.sess = sess
+	if sess.Resumed() {
+		c.srv.metrics.resume.Observe(time.Since(start).Seconds())
+	}
+	c.extendDeadline()
+	return true
+}
+
+// next handles one frame after the hello; false ends the connection.
+func (c *conn) next() bool {
+	f, bad, ok := c.read()
+	if !ok || c.isClosing() {
+		return false
+	}
+	c.extendDeadline()
+	if bad != nil {
+		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: bad.Error(), ID: f.ID})
+		return true
+	}
+	var err error
+	ctx := c.srv.ctx
+	switch f.Type {
+	case TypeSend:
+		if code, msg := c.checkSend(f); code != "" {
+			c.Deliver(&actor.ErrorOut{Code: code, Message: msg, ID: f.ID})
+			return true
+		}
+		err = c.sess.Send(ctx, f.ID, f.Content, f.Metadata)
+	case TypeHistory:
+		if f.Limit < 0 {
+			c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "limit must not be negative"})
+			return true
+		}
+		err = c.sess.History(ctx, f.BeforeSeq, f.Limit)
+	case TypeContext:
+		if f.Set == nil {
+			c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "context needs a set object"})
+			return true
+		}
+		err = c.sess.SetContext(ctx, f.Set)
+	case TypeComplete:
+		err = c.sess.Complete(ctx)
+	case TypeHello:
+		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "hello was already received"})
+	default:
+		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q", f.Type)})
+	}
+	if err != nil {
+		// The actor stopped (and closed this connection) or the node is
+		// shutting down: the client reconnects and resumes.
+		c.Close(CloseRestart, "session moved; reconnect")
+		return false
+	}
+	return true
+}
+
+// checkSend applies the limits on one send; it returns an error code and
+// message, or "" when the send may go on.
+func (c *conn) checkSend(f ClientFrame) (string, string) {
+	if c.limiter != nil && !c.limiter.Allow() {
+		return CodeRateLimited, fmt.Sprintf("more than %g sends per second", c.srv.cfg.Rate)
+	}
+	if n := utf8.RuneCountInString(f.ID); n < 1 || n > MaxSendIDLen {
+		return CodeBadRequest, fmt.Sprintf("send id must be 1–%d characters", MaxSendIDLen)
+	}
+	if f.Content == "" {
+		return CodeBadRequest, "content must not be empty"
+	}
+	if len(f.Content) > c.srv.cfg.MaxContent {
+		return CodeTooLarge, fmt.Sprintf("content is %d bytes, the limit is %d", len(f.Content), c.srv.cfg.MaxContent)
+	}
+	return "", ""
+}

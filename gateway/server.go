@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/actor"
+)
+
+// Session is a connection's attached session. *actor.Handle supplies it
+// on one node; the cluster will supply one that forwards to the owner.
+type Session interface {
+	Send(ctx context.Context, id, content string, metadata map[string]any) error
+	History(ctx context.Context, before uint64, limit int) error
+	SetContext(ctx context.Context, set map[string]any) error
+	Complete(ctx context.Context) error
+	// Detach says the connection is gone; it must not be lost.
+	Detach()
+	// Resumed reports whether the hello resumed an existing session.
+	Resumed() bool
+}
+
+// Backend is where the gateway finds sessions: the owner lookup. Open
+// follows actor.Registry.Open's contract; Snapshot follows
+// actor.Registry.Snapshot's.
+type Backend interface {
+	Open(ctx context.Context, req actor.OpenRequest) (Session, error)
+	Snapshot(sid, user string) (actor.Snapshot, error)
+}
+
+// ErrUnavailable from a Backend means the session's owner cannot be
+// reached right now; the client is told to retry (1013).
+var ErrUnavailable = errors.New("gateway: session owner unavailable")
+
+// Config configures a Server. Backend and Secret are required.
+type Config struct {
+	Backend Backend
+	// Secret is the HS256 key tokens are checked with.
+	Secret []byte
+	// DevTokens enables POST /dev/token.
+	DevTokens bool
+	// HelloTimeout is the time allowed for the first frame. Default 10s.
+	HelloTimeout time.Duration
+	// MaxFrame is the largest client message in bytes. Default 65536.
+	MaxFrame int64
+	// MaxContent is the largest send content in bytes. Default 32768.
+	MaxContent int
+	// Rate is sends per second per connection, bursts of twice that; 0
+	// means no limit. Default 50 (set NoRateLimit for none).
+	Rate        float64
+	NoRateLimit bool
+	// OutQueue is how many frames may wait for a slow client before it is
+	// closed with 1013. Default 256.
+	OutQueue int
+	// PingInterval is how often the server pings; PongWait how long it
+	// waits for any frame or pong before dropping a dead peer. Defaults
+	// 30s and 75s.
+	PingInterval, PongWait time.Duration
+	// WriteTimeout bounds one frame write. Default 10s.
+	WriteTimeout time.Duration
+	// Ready reports whether the node can serve (GET /readyz). Default:
+	// always ready.
+	Ready func() error
+	// Metrics; default a fresh NewMetrics().
+	Metrics *Metrics
+	// Now is the clock for token checks. Default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Backend == nil || len(c.Secret) == 0 {
+		return errors.New("gateway: Config.Backend and Config.Secret are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HelloTimeout, 10*time.Second)
+	def(&c.PingInterval, 30*time.Second)
+	def(&c.PongWait, 75*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = 65536
+	}
+	if c.MaxContent <= 0 {
+		c.MaxContent = 32768
+	}
+	if c.NoRateLimit {
+		c.Rate = 0
+	} else if c.Rate <= 0 {
+		c.Rate = 50
+	}
+	if c.OutQueue <= 0 {
+		c.OutQueue = 256
+	}
+	if c.Ready == nil {
+		c.Ready = func() error { return nil }
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Server is the HTTP and WebSocket front of a node.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *Metrics
+	upgrader websocket.Upgrader
+	http     *http.Server
+	// ctx is cancelled by Close; it bounds every call into the backend.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // connection goroutines and the listener
+
+	closeOnce sync.Once
+}
+
+// New makes a server; Serve starts it.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.upgrader = websocket.Upgrader{
+		// Small read buffers and a shared write buffer pool keep an idle
+		// connection cheap; the handler returns right after the upgrade so
+		// net/http's own buffers are freed.
+		ReadBufferSize:  1024,
+		WriteBufferSize: 4096,
+		WriteBufferPool: &sync.Pool{},
+		// Tokens travel in the hello frame, never in cookies, so a page
+		// on another origin gains nothing by opening a socket.
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits (up to ctx) for plain
+// HTTP requests in flight. WebSocket clients stay until Close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.http.Shutdown(ctx)
+}
+
+// Close closes every client still connected with 1012 (reconnect
+// elsewhere) and waits for their goroutines. Safe to call twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		_ = s.http.Close()
+		s.mu.Lock()
+		s.closed = true
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.Close(CloseRestart, "node shutting down")
+		}
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Handler is the server's HTTP handler, for tests that serve it themselves.
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered with an HTTP error
+	}
+	c := newConn(s, ws)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "node shutting down"), time.Now().Add(time.Second))
+		ws.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.metrics.conns.Inc()
+	go c.serve()
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.metrics.conns.Dec()
+}
+
+// Local adapts an actor.Registry to a Backend: the owner of every session
+// is this node.
+func Local(r *actor.Registry) Backend { return local{r} }
+
+type local struct{ r *actor.Registry }
+
+func (l local) Open(ctx context.Context, req actor.OpenRequest) (Session, error) {
+	h, err := l.r.Open(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return handle{h}, nil
+}
+
+func (l local) Snapshot(sid, user string) (actor.Snapshot, error) { return l.r.Snapshot(sid, user) }
+
+type handle struct{ *actor.Handle }
+
+func (h handle) Resumed() bool { return h.Reason == actor.ReasonResumed }
