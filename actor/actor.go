@@ -96,14 +96,14 @@ func (a *actor) handle(ml mail) {
 	effs := a.s.Step(ev)
 	for i, e := range effs {
 		if o, ok := e.(effOpened); ok && ml.reply != nil {
-			// Answer the hello once everything before it is durable, and
-			// carry on with the effects that follow it.
+			// Answer the hello once its state change is durable and its
+			// session frame (and replay) are queued to the client.
 			a.run(effs[:i])
 			if a.stopped {
 				return
 			}
-			ml.reply <- o
 			a.run(effs[i+1:])
+			ml.reply <- o // buffered
 			return
 		}
 	}

@@ -71,6 +71,17 @@ func (r *Registry) resume(ctx context.Context, req OpenRequest) (*Handle, string
 	if len(req.SessionID) > wal.MaxIDLen {
 		return nil, ReasonNotFound, nil
 	}
+	// A cheap read first: probing other users' or made-up ids must not
+	// activate, claim or otherwise touch anything.
+	m, err := r.cfg.Journal.Meta(req.SessionID)
+	switch {
+	case errors.Is(err, wal.ErrNotFound) || errors.Is(err, wal.ErrBadID):
+		return nil, ReasonNotFound, nil
+	case err != nil:
+		return nil, "", err
+	case m.UserID != req.UserID:
+		return nil, ReasonNotFound, nil
+	}
 	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
@@ -112,8 +123,12 @@ func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (effOpened
 	case <-a.done:
 		return effOpened{}, ErrGone
 	case <-ctx.Done():
-		// The attach may still happen; the gateway closes the conn,
-		// whose detach then undoes it.
+		// The attach may still happen, and nobody would ever detach the
+		// conn: queue the undo right behind it (the mailbox is FIFO).
+		select {
+		case a.mailbox <- mail{ev: evDetach{conn: ev.conn, now: r.cfg.Now()}}:
+		case <-a.stopping:
+		}
 		return effOpened{}, ctx.Err()
 	}
 }

@@ -36,7 +36,9 @@ type Config struct {
 	// MaxActivations caps how many sessions are loaded from the log at
 	// once, so a reconnect storm cannot stampede the disk. Default 32.
 	MaxActivations int
-	// MailboxSize is each actor's mailbox capacity. Default 64.
+	// MailboxSize is each actor's mailbox capacity. Default 16: a full
+	// mailbox only makes the sender wait, and an idle session pays for every
+	// slot.
 	MailboxSize int
 	// AliveInterval is how often the registry records that the node is
 	// alive; after a crash, the last mark tells which reconnect windows
@@ -86,7 +88,7 @@ func (c *Config) setDefaults() error {
 		c.MaxActivations = 32
 	}
 	if c.MailboxSize <= 0 {
-		c.MailboxSize = 64
+		c.MailboxSize = 16
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -235,8 +237,17 @@ func (r *Registry) launch(a *actor, m wal.Meta, err error) {
 		close(a.done)
 		return
 	}
-	r.activations.Add(1)
+	r.mu.Lock()
+	if r.closed {
+		// Close may already be waiting: no actor may start after it.
+		r.mu.Unlock()
+		_ = r.cfg.Journal.Release(context.Background(), a.sid, m.Epoch)
+		r.launch(a, m, ErrClosed)
+		return
+	}
 	r.wg.Add(1)
+	r.mu.Unlock()
+	r.activations.Add(1)
 	close(a.ready)
 	go func() {
 		defer r.wg.Done()

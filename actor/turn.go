@@ -23,6 +23,10 @@ const (
 	ToolFailed    = "failed"
 )
 
+// maxReruns is how often an idempotent call cut short by a crash is run
+// again: once. A call that a second crash cuts short is logged as failed.
+const maxReruns = 1
+
 // interrupted is the result logged for a non-idempotent call that a crash
 // cut short.
 const interrupted = "interrupted"
@@ -66,7 +70,7 @@ func (s *Session) start(now time.Time) []Effect {
 		return nil
 	}
 	if p := m.Pending; p != nil {
-		if t, ok := s.cfg.Tool(p.Name); ok && t.Idempotent && p.Attempts < 2 {
+		if t, ok := s.cfg.Tool(p.Name); ok && t.Idempotent && p.Attempts < maxReruns {
 			// Run it once more; the attempt is durable before the run so
 			// that a second crash does not make a third.
 			p.Attempts++

@@ -10,24 +10,24 @@ import (
 	"github.com/tether-dev/tether/actor"
 )
 
-// conn is one client WebSocket. Two goroutines serve it: the reader
-// (serve, read.go) owns the protocol state and the session handle; the
-// writer (writeLoop) owns the socket's write side. They meet only through
-// the bounded out queue and the kill channel, so a client that reads
-// slowly costs at most OutQueue frames of memory.
+// conn is one client WebSocket. Its reader goroutine (serve, read.go)
+// owns the protocol state and the session handle. Writes go through a
+// bounded queue drained by a writer goroutine that exists only while there
+// is something to write, so an idle connection costs one goroutine. A
+// client that reads too slowly costs at most OutQueue queued frames.
 type conn struct {
 	srv     *Server
 	ws      *websocket.Conn
 	limiter *rate.Limiter // nil: no limit
-
-	out  chan outItem
-	kill chan closeReq // capacity 1: close now, dropping what is queued
+	ping    *time.Timer
 
 	mu      sync.Mutex
-	closing bool // a close was requested: nothing more is queued
-
-	readerDone chan struct{}
-	writerDone chan struct{}
+	queue   []outItem
+	kill    *closeReq // a close that jumps the queue, dropping it
+	writing bool      // a writer goroutine is running
+	closing bool      // a close was requested: nothing more is queued
+	stopped bool      // the writer side is finished: no writer may start
+	writers sync.WaitGroup
 
 	// Reader-owned.
 	sess Session
@@ -36,6 +36,7 @@ type conn struct {
 type outItem struct {
 	out   actor.Out
 	close *closeReq
+	ping  bool
 }
 
 type closeReq struct {
@@ -46,17 +47,11 @@ type closeReq struct {
 var _ actor.Conn = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn) *conn {
-	c := &conn{
-		srv:        s,
-		ws:         ws,
-		out:        make(chan outItem, s.cfg.OutQueue),
-		kill:       make(chan closeReq, 1),
-		readerDone: make(chan struct{}),
-		writerDone: make(chan struct{}),
-	}
+	c := &conn{srv: s, ws: ws}
 	if s.cfg.Rate > 0 {
 		c.limiter = rate.NewLimiter(rate.Limit(s.cfg.Rate), 2*int(s.cfg.Rate))
 	}
+	c.ping = time.AfterFunc(s.cfg.PingInterval, c.sendPing)
 	return c
 }
 
@@ -68,12 +63,13 @@ func (c *conn) Deliver(o actor.Out) {
 	if c.closing {
 		return
 	}
-	select {
-	case c.out <- outItem{out: o}:
-	default:
+	if len(c.queue) >= c.srv.cfg.OutQueue {
 		c.closing = true
-		c.kill <- closeReq{CloseTryAgain, "client fell too far behind"}
+		c.kill = &closeReq{CloseTryAgain, "client fell too far behind"}
+	} else {
+		c.queue = append(c.queue, outItem{out: o})
 	}
+	c.kick()
 }
 
 // Close queues a close frame after whatever is already queued.
@@ -84,11 +80,33 @@ func (c *conn) Close(code int, reason string) {
 		return
 	}
 	c.closing = true
-	select {
-	case c.out <- outItem{close: &closeReq{code, reason}}:
-	default:
-		c.kill <- closeReq{code, reason}
+	c.queue = append(c.queue, outItem{close: &closeReq{code, reason}})
+	c.kick()
+}
+
+// sendPing runs on the ping timer: an idle connection is pinged so a dead
+// peer is noticed (its pong, or any frame, extends the read deadline).
+func (c *conn) sendPing() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || c.closing {
+		return
 	}
+	if !c.writing && len(c.queue) == 0 {
+		c.queue = append(c.queue, outItem{ping: true})
+		c.kick()
+	}
+	c.ping.Reset(c.srv.cfg.PingInterval)
+}
+
+// kick starts a writer if none runs. Called with mu held.
+func (c *conn) kick() {
+	if c.writing || c.stopped {
+		return
+	}
+	c.writing = true
+	c.writers.Add(1)
+	go c.writeLoop()
 }
 
 func (c *conn) isClosing() bool {
@@ -103,52 +121,65 @@ func (c *conn) fail(code, msg string, closeCode int) {
 	c.Close(closeCode, msg)
 }
 
+// stopWriting ends the writer side for good.
+func (c *conn) stopWriting() {
+	c.mu.Lock()
+	c.stopped, c.closing, c.writing = true, true, false
+	c.queue, c.kill = nil, nil
+	c.mu.Unlock()
+}
+
 func (c *conn) writeLoop() {
-	defer close(c.writerDone)
-	ping := time.NewTicker(c.srv.cfg.PingInterval)
-	defer ping.Stop()
+	defer c.writers.Done()
 	for {
-		// A kill jumps the queue.
-		select {
-		case cr := <-c.kill:
-			c.writeClose(cr)
-			return
+		c.mu.Lock()
+		var it outItem
+		switch {
+		case c.kill != nil:
+			it = outItem{close: c.kill}
+		case len(c.queue) > 0:
+			it = c.queue[0]
+			c.queue[0] = outItem{}
+			if c.queue = c.queue[1:]; len(c.queue) == 0 {
+				c.queue = nil // an idle connection keeps no buffer
+			}
 		default:
-		}
-		select {
-		case cr := <-c.kill:
-			c.writeClose(cr)
+			c.writing = false
+			c.mu.Unlock()
 			return
-		case it := <-c.out:
-			if it.close != nil {
-				c.writeClose(*it.close)
-				return
-			}
-			if !c.write(it.out) {
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
-				c.ws.Close()
-				return
-			}
-		case <-c.readerDone:
+		}
+		c.mu.Unlock()
+		if it.close != nil {
+			c.writeClose(*it.close)
+			c.stopWriting()
+			return
+		}
+		if !c.write(it) {
+			c.stopWriting()
 			return
 		}
 	}
 }
 
-func (c *conn) write(o actor.Out) bool {
-	b, err := encodeOut(o)
+func (c *conn) write(it outItem) bool {
+	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
+	if it.ping {
+		if err := c.ws.WriteControl(websocket.PingMessage, nil, deadline); err != nil {
+			c.ws.Close()
+			return false
+		}
+		return true
+	}
+	b, err := encodeOut(it.out)
 	if err != nil {
 		c.srv.log.Error("encode frame", "err", err)
 		c.writeClose(closeReq{CloseInternal, "internal error"})
 		return false
 	}
-	if e, ok := o.(*actor.ErrorOut); ok {
+	if e, ok := it.out.(*actor.ErrorOut); ok {
 		c.srv.metrics.errors.WithLabelValues(e.Code).Inc()
 	}
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	_ = c.ws.SetWriteDeadline(deadline)
 	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 		// The peer is gone or stuck past the write timeout: drop it.
 		c.ws.Close()
@@ -160,9 +191,6 @@ func (c *conn) write(o actor.Out) bool {
 // writeClose sends the close frame, then gives the peer closeGrace to
 // answer before the reader stops waiting.
 func (c *conn) writeClose(cr closeReq) {
-	c.mu.Lock()
-	c.closing = true
-	c.mu.Unlock()
 	msg := websocket.FormatCloseMessage(cr.code, truncateReason(cr.reason))
 	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
 		c.ws.Close()

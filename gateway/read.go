@@ -22,7 +22,6 @@ const MaxSendIDLen = 64
 func (c *conn) serve() {
 	defer c.srv.wg.Done()
 	defer c.cleanup()
-	go c.writeLoop()
 	c.ws.SetReadLimit(c.srv.cfg.MaxFrame)
 	c.ws.SetPongHandler(func(string) error {
 		c.extendDeadline()
@@ -43,9 +42,12 @@ func (c *conn) serve() {
 }
 
 func (c *conn) cleanup() {
-	close(c.readerDone)
-	<-c.writerDone
-	c.ws.Close()
+	c.ping.Stop()
+	c.mu.Lock()
+	c.stopped, c.closing = true, true
+	c.mu.Unlock()
+	c.ws.Close() // unblocks a writer stuck on a slow peer
+	c.writers.Wait()
 	if c.sess != nil {
 		c.sess.Detach()
 	}

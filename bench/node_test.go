@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/wal"
+)
+
+var secret = []byte("bench-secret")
+
+// node is a real in-process node on 127.0.0.1 with its log in a temp dir.
+type node struct {
+	url string
+	log *wal.Log
+	reg *actor.Registry
+	srv *gateway.Server
+	dir string
+}
+
+func startNode(tb testing.TB, ac actor.Config) *node {
+	tb.Helper()
+	n := &node{dir: tb.TempDir()}
+	var err error
+	if n.log, err = wal.New(wal.Config{Dir: n.dir, SweepInterval: -1}); err != nil {
+		tb.Fatal(err)
+	}
+	ac.Journal = n.log
+	if n.reg, err = actor.New(ac); err != nil {
+		tb.Fatal(err)
+	}
+	n.srv, err = gateway.New(gateway.Config{Backend: gateway.Local(n.reg), Secret: secret, NoRateLimit: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.srv.Serve(ln) }()
+	n.url = "ws://" + ln.Addr().String() + "/v1/ws"
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.srv.Shutdown(ctx)
+		<-done
+		_ = n.reg.Close()
+		_ = n.srv.Close()
+		_ = n.log.Close()
+	})
+	return n
+}
+
+func tokenFor(tb testing.TB, user string) string {
+	tb.Helper()
+	tok, err := gateway.Issue(secret, gateway.TokenSpec{User: user, TTL: 24 * time.Hour}, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// smallDialer keeps the benchmark client's own buffers small, so memory
+// figures measured in one process are dominated by the server side.
+var smallDialer = &websocket.Dialer{ReadBufferSize: 256, WriteBufferSize: 256, HandshakeTimeout: 10 * time.Second}
+
+type frame struct {
+	Type      string            `json:"type"`
+	SessionID string            `json:"session_id"`
+	LastSeq   uint64            `json:"last_seq"`
+	Seq       uint64            `json:"seq"`
+	Messages  []json.RawMessage `json:"messages"`
+	Code      string            `json:"code"`
+}
+
+func readFrame(ws *websocket.Conn) (frame, error) {
+	var f frame
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, b, err := ws.ReadMessage()
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, err
+	}
+	if f.Type == "error" {
+		return f, fmt.Errorf("server error frame: %s", b)
+	}
+	return f, nil
+}
+
+// hello connects and says hello; it returns the open socket and the
+// session frame.
+func hello(url, tok, sid string, lastSeq uint64) (*websocket.Conn, frame, error) {
+	ws, resp, err := smallDialer.Dial(url, nil)
+	if err != nil {
+		return nil, frame{}, err
+	}
+	resp.Body.Close()
+	h := map[string]any{"type": "hello", "token": tok}
+	if sid != "" {
+		h["session_id"], h["last_seq"] = sid, lastSeq
+	}
+	if err := ws.WriteJSON(h); err != nil {
+		ws.Close()
+		return nil, frame{}, err
+	}
+	f, err := readFrame(ws)
+	if err != nil {
+		ws.Close()
+		return nil, frame{}, err
+	}
+	return ws, f, nil
+}
+
+// fill sends n messages on ws and waits for the echo reply of the last.
+func fill(ws *websocket.Conn, n int) (uint64, error) {
+	var last uint64
+	for i := range n {
+		if err := ws.WriteJSON(map[string]any{"type": "send", "id": fmt.Sprintf("m%d", i), "content": fmt.Sprintf("message number %d of the benchmark", i)}); err != nil {
+			return 0, err
+		}
+		// ack, user message, agent reply
+		for range 3 {
+			f, err := readFrame(ws)
+			if err != nil {
+				return 0, err
+			}
+			if f.Type == "message" {
+				last = f.Seq
+			}
+		}
+	}
+	return last, nil
+}
