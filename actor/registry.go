@@ -140,6 +140,12 @@ func New(cfg Config) (*Registry, error) {
 			r.Close()
 			return nil, err
 		}
+		// Mark at once: a crash within the first tick must still leave a
+		// record of when this run was alive.
+		if err := cfg.Store.MarkAlive(r.ctx, cfg.Now()); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("actor: record liveness: %w", err)
+		}
 		r.wg.Add(1)
 		go r.aliveLoop()
 	}
