@@ -155,6 +155,9 @@ func encode(v any) ([]byte, error) { return msgpack.Marshal(v) }
 // and for tools that read a log; it never panics on bad input.
 func DecodeEntry(b []byte) (Entry, error) {
 	var e Entry
+	if err := checkMsgpack(b); err != nil {
+		return Entry{}, err
+	}
 	if err := msgpack.Unmarshal(b, &e); err != nil {
 		return Entry{}, err
 	}
@@ -169,6 +172,9 @@ func EncodeEntry(e Entry) ([]byte, error) { return encode(e) }
 
 func decodeMeta(sid string, b []byte) (Meta, error) {
 	var m Meta
+	if err := checkMsgpack(b); err != nil {
+		return Meta{}, &CorruptError{SessionID: sid, Err: err}
+	}
 	if err := msgpack.Unmarshal(b, &m); err != nil {
 		return Meta{}, &CorruptError{SessionID: sid, Err: err}
 	}

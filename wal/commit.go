@@ -106,13 +106,16 @@ func (l *Log) MarkAlive(ctx context.Context, t time.Time) error {
 
 func (l *Log) submit(ctx context.Context, r *request) (*request, error) {
 	r.done = make(chan struct{})
+	if err := l.open(); err != nil {
+		return r, err
+	}
 	select {
 	case l.reqs <- r:
-	case <-l.stop:
-		return r, ErrClosed
 	case <-ctx.Done():
+		l.closedMu.RUnlock()
 		return r, ctx.Err()
 	}
+	l.closedMu.RUnlock()
 	// Once queued the request is committed or failed whatever ctx does:
 	// waiting for it keeps "returned nil" equal to "durable".
 	<-r.done

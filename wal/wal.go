@@ -76,6 +76,12 @@ type Log struct {
 
 	stats struct{ syncs, requests, entries, deleted atomic.Uint64 }
 
+	// closedMu guards closed: reads and submissions hold it shared, so
+	// Close (exclusive) never races a request into a stopped committer or
+	// a read into a closed Pebble.
+	closedMu sync.RWMutex
+	closed   bool
+
 	// ctx is cancelled by Close, stopping a sweep in progress.
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -125,6 +131,9 @@ func New(cfg Config) (*Log, error) {
 // queued fail with ErrClosed. It is safe to call more than once.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
+		l.closedMu.Lock()
+		l.closed = true
+		l.closedMu.Unlock()
 		close(l.stop)
 		l.cancel()
 		l.done.Wait()
@@ -151,7 +160,22 @@ func (l *Log) Meta(sid string) (Meta, error) {
 	return l.readMeta(sid)
 }
 
+// open takes the shared close lock; it fails once the log is closed.
+// Callers defer l.closedMu.RUnlock() when it succeeds.
+func (l *Log) open() error {
+	l.closedMu.RLock()
+	if l.closed {
+		l.closedMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
 func (l *Log) readMeta(sid string) (Meta, error) {
+	if err := l.open(); err != nil {
+		return Meta{}, err
+	}
+	defer l.closedMu.RUnlock()
 	v, closer, err := l.db.Get(metaKey(sid))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, sid)
@@ -166,6 +190,13 @@ func (l *Log) readMeta(sid string) (Meta, error) {
 // SendSeq returns the seq that a client send id became in the session, if
 // that id was seen before.
 func (l *Log) SendSeq(sid, id string) (uint64, bool, error) {
+	if err := checkID(sid); err != nil {
+		return 0, false, err
+	}
+	if err := l.open(); err != nil {
+		return 0, false, err
+	}
+	defer l.closedMu.RUnlock()
 	v, closer, err := l.db.Get(sendKey(sid, id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, false, nil
@@ -182,6 +213,9 @@ func (l *Log) SendSeq(sid, id string) (uint64, bool, error) {
 
 // ReadAfter returns up to limit entries with seq > after, oldest first.
 func (l *Log) ReadAfter(sid string, after uint64, limit int) ([]Entry, error) {
+	if after == ^uint64(0) {
+		return nil, checkID(sid)
+	}
 	return l.readRange(sid, after+1, ^uint64(0), limit, false)
 }
 
@@ -196,47 +230,55 @@ func (l *Log) ReadBefore(sid string, before uint64, limit int) ([]Entry, error) 
 
 // readRange reads entries with lo <= seq < hi, taking limit from the low
 // end, or from the high end when newest is set. Only the returned keys are
-// read. A hole in the seqs it walks is reported as corruption.
+// read (plus the session's metadata, for its last seq). Every seq in the
+// range up to the last one must be there: a hole anywhere in what is
+// asked for, edges included, is reported as corruption.
 func (l *Log) readRange(sid string, lo, hi uint64, limit int, newest bool) ([]Entry, error) {
 	if err := checkID(sid); err != nil {
 		return nil, err
 	}
+	m, err := l.readMeta(sid)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	hi = min(hi, m.LastSeq+1)
 	if limit <= 0 || lo >= hi {
 		return nil, nil
 	}
+	want := min(uint64(limit), hi-lo)
+	if newest {
+		lo = hi - want
+	} else {
+		hi = lo + want
+	}
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	defer l.closedMu.RUnlock()
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(sid, lo), UpperBound: entryKey(sid, hi)})
 	if err != nil {
 		return nil, fmt.Errorf("wal: read %q: %w", sid, err)
 	}
 	defer it.Close()
-	out := make([]Entry, 0, min(limit, 64))
-	valid, next := it.First, it.Next
-	if newest {
-		valid, next = it.Last, it.Prev
-	}
-	for ok := valid(); ok && len(out) < limit; ok = next() {
+	out := make([]Entry, 0, want)
+	for ok := it.First(); ok; ok = it.Next() {
 		e, err := decodeAt(sid, it.Key(), it.Value())
 		if err != nil {
 			return nil, err
 		}
-		if n := len(out); n > 0 {
-			want := out[n-1].Seq + 1
-			if newest {
-				want = out[n-1].Seq - 1
-			}
-			if e.Seq != want {
-				return nil, &CorruptError{SessionID: sid, Seq: want, Err: errors.New("entry missing from the log")}
-			}
+		if next := lo + uint64(len(out)); e.Seq != next {
+			return nil, &CorruptError{SessionID: sid, Seq: next, Err: errors.New("entry missing from the log")}
 		}
 		out = append(out, e)
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("wal: read %q: %w", sid, err)
 	}
-	if newest {
-		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
-		}
+	if n := uint64(len(out)); n != want {
+		return nil, &CorruptError{SessionID: sid, Seq: lo + n, Err: errors.New("entry missing from the log")}
 	}
 	return out, nil
 }
@@ -258,6 +300,10 @@ func decodeAt(sid string, key, val []byte) (Entry, error) {
 // to onCorrupt (if non-nil) and skipped, so one bad session cannot stop a
 // sweep or a recovery.
 func (l *Log) ScanMeta(ctx context.Context, fn func(Meta) error, onCorrupt func(error)) error {
+	if err := l.open(); err != nil {
+		return err
+	}
+	defer l.closedMu.RUnlock()
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMeta}, UpperBound: []byte{prefixMeta + 1}})
 	if err != nil {
 		return fmt.Errorf("wal: scan metadata: %w", err)
@@ -284,6 +330,10 @@ func (l *Log) ScanMeta(ctx context.Context, fn func(Meta) error, onCorrupt func(
 
 // LastAlive returns the last time recorded by MarkAlive, if any.
 func (l *Log) LastAlive() (time.Time, bool, error) {
+	if err := l.open(); err != nil {
+		return time.Time{}, false, err
+	}
+	defer l.closedMu.RUnlock()
 	v, closer, err := l.db.Get(keyAlive)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return time.Time{}, false, nil
