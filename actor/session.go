@@ -316,14 +316,13 @@ func (s *Session) complete(now time.Time) []Effect {
 	s.meta.Status = wal.StatusCompleted
 	s.meta.LastActiveAt = now
 	conn := s.conn
+	effs := s.deliver([]Effect{effCancelTurn{}, effAppend{entries: entries, meta: s.meta}}, entries...)
 	s.conn = nil
-	return []Effect{
-		effCancelTurn{},
-		effAppend{entries: entries, meta: s.meta},
+	return append(effs,
 		effDeliver{conn: conn, out: &CompletedOut{SessionID: s.meta.SessionID}},
 		effClose{conn: conn, code: CloseNormal, reason: "session completed"},
 		effStop{},
-	}
+	)
 }
 
 // expire ends an interrupted session whose window has passed.

@@ -610,10 +610,17 @@ func TestSessionComplete(t *testing.T) {
 		s.Step(evSend{conn: c, id: "m2", content: "q2", now: t0})
 		s.Step(evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}, now: t0})
 		effs := s.Step(evComplete{conn: c, now: t0})
-		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effClose{}, effStop{})
+		// The abandoned call's entry reaches the client before completed.
+		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effDeliver{}, effClose{}, effStop{})
 		ap := effs[1].(effAppend)
 		if len(ap.entries) != 1 {
 			t.Fatalf("entries %+v", ap.entries)
+		}
+		if d := effs[2].(effDeliver); d.conn != c || !reflect.DeepEqual(d.out, &EntryOut{Entry: ap.entries[0]}) {
+			t.Fatalf("first deliver = %+v, want the abandoned call's entry", d)
+		}
+		if d := effs[3].(effDeliver); !reflect.DeepEqual(d.out, &CompletedOut{SessionID: "s1"}) {
+			t.Fatalf("second deliver = %+v", d)
 		}
 		e := ap.entries[0]
 		if e.Seq != 4 || e.Role != RoleTool || mdString(e, "status") != ToolFailed || mdString(e, "call_id") != "call-3" {

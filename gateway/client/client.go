@@ -1,0 +1,352 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/gateway"
+)
+
+// Config configures a Client. URLs and one of Token and TokenFunc are
+// required.
+type Config struct {
+	// URLs are node addresses, ws://host:port/v1/ws. The first one tried is
+	// picked at random; every failure moves on to the next.
+	URLs []string
+	// Token is the JWT sent in every hello, unless TokenFunc is set.
+	Token string
+	// TokenFunc, when set, is called before every (re)connect for a fresh
+	// token; it must return when ctx ends. An error counts as a failed
+	// attempt.
+	TokenFunc func(ctx context.Context) (string, error)
+	// SessionID is the session to resume on the first connect; "" starts
+	// a new one.
+	SessionID string
+	// LastSeq is the newest seq of SessionID the caller has already seen;
+	// Messages starts after it.
+	LastSeq uint64
+	// MinBackoff and MaxBackoff bound the wait between reconnect attempts,
+	// which doubles with every consecutive failure and is jittered
+	// (a wait is random between half and all of its nominal value).
+	// Defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxAttempts is how many consecutive failed attempts (dial, token,
+	// handshake) end the client with ErrUnreachable; 0 retries until Close
+	// (or, inside Dial, until its context ends).
+	MaxAttempts int
+	// HandshakeTimeout bounds one attempt: token, dial, hello, session and
+	// the resume's history_batch. Default 10s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds one frame write. Default 10s.
+	WriteTimeout time.Duration
+	// ReadTimeout is how long a socket may stay silent (the server pings
+	// every 30s by default) before it is dropped and the client reconnects.
+	// Default 75s.
+	ReadTimeout time.Duration
+	// MessageBuffer is how many entries wait in memory for the reader of
+	// Messages. Beyond it the client stops buffering and later pages the
+	// missed entries in from the server's log, so a slow reader costs
+	// bounded memory and loses nothing. Default 1024.
+	MessageBuffer int
+	// MaxFrame is the largest frame the client writes: a send whose frame
+	// is larger fails at once with ErrTooLarge, instead of making the
+	// server close the socket (1009). Default 65536, the server's default;
+	// negative: no check.
+	MaxFrame int
+	// Dialer opens the sockets. Default: a copy of websocket.DefaultDialer.
+	Dialer *websocket.Dialer
+	// OnSession, when set, sees every session frame: the first connect's
+	// and each resume's. It runs on the client's manager goroutine: it must
+	// return quickly and must not call the Client's methods other than
+	// SessionID, Stats and Err.
+	OnSession func(gateway.SessionFrame)
+	// Logger; nil logs nothing.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.URLs) == 0 {
+		return errors.New("client: Config.URLs is empty")
+	}
+	for _, u := range c.URLs {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "ws" && p.Scheme != "wss") || p.Host == "" {
+			return fmt.Errorf("client: %q is not a ws:// or wss:// URL", u)
+		}
+	}
+	if c.Token == "" && c.TokenFunc == nil {
+		return errors.New("client: Config.Token or Config.TokenFunc is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.MinBackoff, 100*time.Millisecond)
+	def(&c.MaxBackoff, 5*time.Second)
+	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
+	def(&c.HandshakeTimeout, 10*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.ReadTimeout, 75*time.Second)
+	if c.MaxFrame == 0 {
+		c.MaxFrame = 65536
+	}
+	if c.MessageBuffer <= 0 {
+		c.MessageBuffer = 1024
+	}
+	if c.Dialer == nil {
+		d := *websocket.DefaultDialer
+		c.Dialer = &d
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats are a client's counters since Dial.
+type Stats struct {
+	Reconnects uint64 // sessions resumed after the first connect
+	Duplicates uint64 // entries received again and dropped
+	Gaps       uint64 // entries that did not follow the last one (each repaired)
+	Resends    uint64 // sends written again after a reconnect or a rate_limited error
+}
+
+// Client is one connection, kept alive across drops, to one session.
+// Its methods are safe for concurrent use.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close
+	stop   context.CancelFunc
+	reqs   chan request
+	events chan event
+	msgs   chan gateway.Message
+	ready  chan struct{} // closed when the first session is attached
+	done   chan struct{} // closed when the client has ended; err says why
+	exited chan struct{} // closed when the manager goroutine is gone
+
+	mu        sync.Mutex
+	sessionID string
+	err       error
+
+	delivered                          atomic.Uint64
+	reconnects, dups, gaps, resends    atomic.Uint64
+	readyOnce, doneOnce, closeStopOnce sync.Once
+}
+
+// Dial connects, says hello and waits until the session is attached (for a
+// resume: until its history_batch is in). ctx bounds only this first
+// connection, retried with backoff across URLs; the client then lives
+// until Close or until it ends (see Done).
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg: cfg, log: cfg.Logger, reqs: make(chan request), events: make(chan event),
+		msgs: make(chan gateway.Message), ready: make(chan struct{}), done: make(chan struct{}),
+		exited: make(chan struct{}), sessionID: cfg.SessionID,
+	}
+	c.delivered.Store(cfg.LastSeq)
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	go newManager(c).run()
+	select {
+	case <-c.ready:
+		return c, nil
+	case <-c.done:
+		select {
+		case <-c.ready: // attached, then ended at once: Err tells
+			return c, nil
+		default:
+		}
+		err := c.Err()
+		c.Close()
+		return nil, err
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// SessionID is the attached session's id.
+func (c *Client) SessionID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionID
+}
+
+// LastSeq is the seq of the newest entry received from Messages (or
+// Config.LastSeq): resume from it to see the rest. It is exact: an entry
+// already received is always counted.
+func (c *Client) LastSeq() uint64 {
+	ch := make(chan uint64, 1)
+	select {
+	case c.reqs <- request{lastSeq: ch}:
+		return <-ch
+	case <-c.exited:
+		return c.delivered.Load()
+	}
+}
+
+// Messages delivers every entry of the session after Config.LastSeq
+// exactly once and in seq order, live or replayed, across reconnects. It
+// is closed once the client has ended and what it held was read, or at
+// Close. Read it: entries beyond Config.MessageBuffer are fetched again
+// from the server only when there is room.
+func (c *Client) Messages() <-chan gateway.Message { return c.msgs }
+
+// Done is closed when the client has ended; Err says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the client runs, then the reason it ended.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{Reconnects: c.reconnects.Load(), Duplicates: c.dups.Load(), Gaps: c.gaps.Load(), Resends: c.resends.Load()}
+}
+
+// Send sends content under a fresh random id and waits until it is
+// durable, returning its seq. It survives reconnects: an unacked send is
+// written again, with the same id, on the next connection, and the server
+// stores it once. A refused send returns a *ServerError.
+func (c *Client) Send(ctx context.Context, content string, metadata map[string]any) (uint64, error) {
+	return c.SendID(ctx, "c-"+rand.Text(), content, metadata)
+}
+
+// SendID is Send with the caller's id (1–64 characters, unique within the
+// session). Sending an id again returns the first send's seq. If ctx ends
+// first the send may still be stored: SendID with the same id tells.
+func (c *Client) SendID(ctx context.Context, id, content string, metadata map[string]any) (uint64, error) {
+	if id == "" {
+		return 0, errors.New("client: send id is empty")
+	}
+	f := gateway.ClientFrame{Type: gateway.TypeSend, ID: id, Content: content, Metadata: metadata}
+	cl, err := newCall(kindSend, f)
+	if err != nil {
+		return 0, err
+	}
+	if c.cfg.MaxFrame > 0 && len(cl.data) > c.cfg.MaxFrame {
+		return 0, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(cl.data))
+	}
+	r, err := c.call(ctx, cl)
+	return r.seq, err
+}
+
+// History returns the entries just before beforeSeq (0: the newest), at
+// most limit (0: the server's default, at most 200). It does not touch
+// the Messages stream.
+func (c *Client) History(ctx context.Context, beforeSeq uint64, limit int) (gateway.HistoryBatch, error) {
+	if limit < 0 {
+		return gateway.HistoryBatch{}, errors.New("client: history limit is negative")
+	}
+	cl, _ := newCall(kindHistory, gateway.ClientFrame{Type: gateway.TypeHistory, BeforeSeq: beforeSeq, Limit: limit})
+	r, err := c.call(ctx, cl)
+	return r.batch, err
+}
+
+// SetContext merges set into the session's user context (a nil value
+// deletes its key) and returns the whole merged context; an empty set
+// just reads it.
+func (c *Client) SetContext(ctx context.Context, set map[string]any) (map[string]any, error) {
+	if set == nil {
+		set = map[string]any{}
+	}
+	// Not a gateway.ClientFrame: its omitempty would drop an empty set,
+	// which the server refuses (without an id to answer).
+	data, err := json.Marshal(struct {
+		Type string         `json:"type"`
+		Set  map[string]any `json:"set"`
+	}{gateway.TypeContext, set})
+	if err != nil {
+		return nil, fmt.Errorf("client: encode context: %w", err)
+	}
+	r, err := c.call(ctx, &call{kind: kindContext, data: data})
+	return r.context, err
+}
+
+// Complete ends the session for good and waits for the server to confirm.
+// The client then ends with ErrCompleted once the server closes; entries
+// still held are delivered before Messages closes.
+func (c *Client) Complete(ctx context.Context) error {
+	cl, _ := newCall(kindComplete, gateway.ClientFrame{Type: gateway.TypeComplete})
+	_, err := c.call(ctx, cl)
+	return err
+}
+
+// Drop abruptly closes the current socket, with no close frame, as a
+// network failure would; the client reconnects and resumes by itself.
+// It is meant for tests and demos.
+func (c *Client) Drop() {
+	select {
+	case c.reqs <- request{drop: true}:
+	case <-c.done:
+	}
+}
+
+// Close ends the client: the socket is closed with 1000 (the session stays
+// resumable within its window), pending calls return ErrClosed, Messages
+// is closed, and every goroutine of the client has stopped on return.
+func (c *Client) Close() error {
+	c.closeStopOnce.Do(c.stop)
+	<-c.exited
+	return nil
+}
+
+// call hands r to the manager and waits for its answer.
+func (c *Client) call(ctx context.Context, r *call) (result, error) {
+	r.reply = make(chan result, 1)
+	select {
+	case c.reqs <- request{call: r}:
+	case <-c.done:
+		return result{}, c.Err()
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+	select {
+	case res := <-r.reply:
+		return res, res.err
+	case <-ctx.Done():
+		select {
+		case res := <-r.reply: // answered just now: the answer wins
+			return res, res.err
+		default:
+		}
+		select {
+		case c.reqs <- request{cancel: r}:
+		case <-c.done:
+		}
+		return result{}, ctx.Err()
+	}
+}
+
+// end records why the client ended and closes Done; only the manager
+// calls it.
+func (c *Client) end(err error) {
+	c.doneOnce.Do(func() {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.done)
+	})
+}
+
+func (c *Client) setSessionID(id string) {
+	c.mu.Lock()
+	c.sessionID = id
+	c.mu.Unlock()
+}
