@@ -249,22 +249,22 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 	if len(user) != 1 || user[0].Seq != userSeq {
 		return TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
 	}
-	const stepWindow = 256
-	after, err := j.ReadAfter(a.sid, userSeq, stepWindow)
-	if err != nil {
-		return TurnInput{}, err
-	}
-	var steps []wal.Entry
-	for _, e := range after {
-		if e.Role == RoleTool && AsUint(e.Metadata["reply_to"]) == userSeq && e.Metadata["status"] != ToolStarted {
-			steps = append(steps, e)
+	m := a.s.Meta()
+	steps := make([]wal.Entry, 0, len(m.Steps))
+	for _, seq := range m.Steps {
+		e, err := j.ReadAfter(a.sid, seq-1, 1)
+		if err != nil {
+			return TurnInput{}, err
 		}
+		if len(e) != 1 {
+			return TurnInput{}, fmt.Errorf("tool entry %d missing from the log", seq)
+		}
+		steps = append(steps, e[0])
 	}
 	hist, err := j.ReadBefore(a.sid, userSeq, HistoryLen)
 	if err != nil {
 		return TurnInput{}, err
 	}
-	m := a.s.Meta()
 	return TurnInput{
 		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
 		Context: cloneMap(m.Context), AgentContext: cloneMap(m.AgentContext),

@@ -79,6 +79,7 @@ func (s *Session) start(now time.Time) []Effect {
 		}
 		e := s.toolEntry(*p, ToolFailed, interrupted, now)
 		m.Pending = nil
+		m.Steps = append(m.Steps, e.Seq)
 		s.busy = true
 		return []Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}, effStep{userSeq: p.ReplyTo}}
 	}
@@ -145,7 +146,7 @@ func (s *Session) action(ev evAction) []Effect {
 	} else {
 		e = s.next(RoleAgent, ev.action.Reply, map[string]any{"reply_to": ev.userSeq}, ev.now)
 	}
-	m.Turns = m.Turns[1:]
+	m.Turns, m.Steps = m.Turns[1:], nil
 	s.busy = len(m.Turns) > 0
 	effs := s.deliver([]Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}}, e)
 	if s.busy {
@@ -166,6 +167,7 @@ func (s *Session) toolDone(ev evToolDone) []Effect {
 	}
 	e := s.toolEntry(*p, status, result, ev.now)
 	m.Pending = nil
+	m.Steps = append(m.Steps, e.Seq)
 	effs := s.deliver([]Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}}, e)
 	return append(effs, effStep{userSeq: p.ReplyTo})
 }
@@ -188,7 +190,7 @@ func (s *Session) abandonTurn(why string, now time.Time) []wal.Entry {
 		entries = append(entries, s.toolEntry(*p, ToolFailed, why, now))
 		s.meta.Pending = nil
 	}
-	s.meta.Turns = nil
+	s.meta.Turns, s.meta.Steps = nil, nil
 	s.busy = false
 	return entries
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -11,6 +12,11 @@ import (
 
 	"github.com/tether-dev/tether/wal"
 )
+
+// demoPage is the demo chat page served at /.
+//
+//go:embed web/index.html
+var demoPage []byte
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -29,8 +35,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /dev/token", s.handleDevToken)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("Tether: connect a WebSocket to /v1/ws (see PROTOCOL.md).\n"))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(demoPage)
 	})
 	return mux
 }

@@ -46,8 +46,20 @@ func (c *conn) cleanup() {
 	c.mu.Lock()
 	c.stopped, c.closing = true, true
 	c.mu.Unlock()
-	c.ws.Close() // unblocks a writer stuck on a slow peer
-	c.writers.Wait()
+	// Give a writer that is sending our close frame (or what precedes it)
+	// a moment to finish; then closing the socket unblocks one stuck on a
+	// peer that does not read.
+	flushed := make(chan struct{})
+	go func() {
+		c.writers.Wait()
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+	case <-time.After(closeGrace):
+	}
+	c.ws.Close()
+	<-flushed
 	if c.sess != nil {
 		c.sess.Detach()
 	}
@@ -84,13 +96,69 @@ func (c *conn) read() (f ClientFrame, decodeErr error, ok bool) {
 		c.fail(CodeBadRequest, "frame is not valid JSON", CloseInvalidPayload)
 		return f, nil, false
 	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		return f, fmt.Errorf("malformed frame: %v", err), true
+	f, err = decodeFrame(data)
+	if err != nil {
+		return f, fmt.Errorf("malformed %s frame: %v", orUnknown(f.Type), err), true
 	}
 	if f.Type == "" {
 		return f, errors.New("frame has no type"), true
 	}
 	return f, nil, true
+}
+
+// decodeFrame reads the type first, then only that type's own fields:
+// fields of other frame types are unknown fields here, and unknown fields
+// are ignored whatever their JSON type.
+func decodeFrame(data []byte) (ClientFrame, error) {
+	var f ClientFrame
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return f, err
+	}
+	f.Type = head.Type
+	var err error
+	switch f.Type {
+	case TypeHello:
+		var v struct {
+			Token     string      `json:"token"`
+			SessionID string      `json:"session_id"`
+			LastSeq   uint64      `json:"last_seq"`
+			Stream    *StreamMark `json:"stream"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.Token, f.SessionID, f.LastSeq, f.Stream = v.Token, v.SessionID, v.LastSeq, v.Stream
+	case TypeSend:
+		var v struct {
+			ID       string         `json:"id"`
+			Content  string         `json:"content"`
+			Metadata map[string]any `json:"metadata"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
+	case TypeHistory:
+		var v struct {
+			BeforeSeq uint64 `json:"before_seq"`
+			Limit     int    `json:"limit"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.BeforeSeq, f.Limit = v.BeforeSeq, v.Limit
+	case TypeContext:
+		var v struct {
+			Set map[string]any `json:"set"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.Set = v.Set
+	}
+	return f, err
+}
+
+func orUnknown(t string) string {
+	if t == "" {
+		return "client"
+	}
+	return t
 }
 
 // hello handles the first frame; it reports whether a session is attached.

@@ -76,6 +76,10 @@ type Meta struct {
 	// Turns are the seqs of user entries the agent has not answered yet,
 	// oldest first.
 	Turns []uint64 `msgpack:"tq,omitempty"`
+	// Steps are the seqs of the finished tool entries of the turn in
+	// progress (the one answering Turns[0]), so an engine step reads just
+	// those instead of scanning the log.
+	Steps []uint64 `msgpack:"sp,omitempty"`
 }
 
 // Sentinel errors callers branch on.
