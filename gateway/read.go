@@ -89,33 +89,36 @@ func (c *conn) read() (f ClientFrame, decodeErr error, ok bool) {
 	case mt != websocket.TextMessage:
 		c.fail(CodeBadRequest, "only text frames are accepted", CloseUnsupported)
 		return f, nil, false
-	case !utf8.Valid(data):
-		c.fail(CodeBadRequest, "frame is not valid UTF-8", CloseInvalidPayload)
+	}
+	f, err = DecodeFrame(data)
+	if errors.Is(err, ErrInvalidPayload) {
+		c.fail(CodeBadRequest, err.Error(), CloseInvalidPayload)
 		return f, nil, false
-	case !json.Valid(data):
-		c.fail(CodeBadRequest, "frame is not valid JSON", CloseInvalidPayload)
-		return f, nil, false
 	}
-	f, err = decodeFrame(data)
-	if err != nil {
-		return f, fmt.Errorf("malformed %s frame: %v", orUnknown(f.Type), err), true
-	}
-	if f.Type == "" {
-		return f, errors.New("frame has no type"), true
-	}
-	return f, nil, true
+	return f, err, true
 }
 
-// decodeFrame reads the type first, then only that type's own fields:
-// fields of other frame types are unknown fields here, and unknown fields
-// are ignored whatever their JSON type.
-func decodeFrame(data []byte) (ClientFrame, error) {
+// ErrInvalidPayload is a frame that is not UTF-8 or not JSON (close 1007).
+var ErrInvalidPayload = errors.New("frame is not valid UTF-8 JSON")
+
+// DecodeFrame decodes one client text frame. It reads the type first, then
+// only that type's own fields: fields of other frame types are unknown
+// fields here, and unknown fields are ignored whatever their JSON type.
+// Errors other than ErrInvalidPayload describe a frame that is JSON but
+// not a valid frame (bad_request).
+func DecodeFrame(data []byte) (ClientFrame, error) {
 	var f ClientFrame
+	switch {
+	case !utf8.Valid(data):
+		return f, fmt.Errorf("%w: not UTF-8", ErrInvalidPayload)
+	case !json.Valid(data):
+		return f, fmt.Errorf("%w: not JSON", ErrInvalidPayload)
+	}
 	var head struct {
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return f, err
+		return f, fmt.Errorf("malformed client frame: %v", err)
 	}
 	f.Type = head.Type
 	var err error
@@ -151,7 +154,13 @@ func decodeFrame(data []byte) (ClientFrame, error) {
 		err = json.Unmarshal(data, &v)
 		f.Set = v.Set
 	}
-	return f, err
+	switch {
+	case err != nil:
+		return f, fmt.Errorf("malformed %s frame: %v", orUnknown(f.Type), err)
+	case f.Type == "":
+		return f, errors.New("frame has no type")
+	}
+	return f, nil
 }
 
 func orUnknown(t string) string {
