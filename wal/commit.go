@@ -337,8 +337,10 @@ func (l *Log) applyDelete(b *pebble.Batch, staged map[string]*claim, r *request)
 	return nil
 }
 
-func getMeta(b *pebble.Batch, sid string) (Meta, error) {
-	v, closer, err := b.Get(metaKey(sid))
+// getMeta reads metadata from the store, or from a batch that sees its
+// own pending writes.
+func getMeta(r pebble.Reader, sid string) (Meta, error) {
+	v, closer, err := r.Get(metaKey(sid))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, sid)
 	}

@@ -176,15 +176,7 @@ func (l *Log) readMeta(sid string) (Meta, error) {
 		return Meta{}, err
 	}
 	defer l.closedMu.RUnlock()
-	v, closer, err := l.db.Get(metaKey(sid))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, sid)
-	}
-	if err != nil {
-		return Meta{}, fmt.Errorf("wal: read metadata of %q: %w", sid, err)
-	}
-	defer closer.Close()
-	return decodeMeta(sid, v)
+	return getMeta(l.db, sid)
 }
 
 // SendSeq returns the seq that a client send id became in the session, if
