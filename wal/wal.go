@@ -28,7 +28,9 @@ type Config struct {
 	// their last activity before the sweeper deletes them. Default 1h.
 	Retention time.Duration
 	// SweepInterval is how often the background sweeper runs; negative
-	// disables it (tests call Sweep directly). Default 1m.
+	// disables it (tests call Sweep directly). Default: a quarter of the
+	// retention, between 100ms and 1m, so a session is gone soon after
+	// its retention ends.
 	SweepInterval time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -47,7 +49,7 @@ func (c *Config) setDefaults() {
 		c.Retention = time.Hour
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = time.Minute
+		c.SweepInterval = min(max(c.Retention/4, 100*time.Millisecond), time.Minute)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

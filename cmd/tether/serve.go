@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/actor"
@@ -131,8 +132,16 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	defer reg.Close()
 	metrics.Watch(log.Stats, reg.Stats)
+	var draining atomic.Bool
+	ready := func() error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		_, _, err := log.LastAlive() // the store answers reads
+		return err
+	}
 	srv, err := gateway.New(gateway.Config{
-		Backend: gateway.Local(reg), Secret: secret, DevTokens: c.devTokens,
+		Backend: gateway.Local(reg), Secret: secret, DevTokens: c.devTokens, Ready: ready,
 		HelloTimeout: c.helloTimeout, MaxFrame: c.maxFrame, MaxContent: c.maxContent,
 		Rate: c.rate, NoRateLimit: c.rate == 0, Metrics: metrics, Logger: logger,
 	})
@@ -157,6 +166,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "node", c.nodeID)
+	draining.Store(true)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
