@@ -29,6 +29,7 @@ type actor struct {
 	s          *Session
 	epoch      uint64
 	stopped    bool
+	failed     bool // stopped by a storage failure with a client attached
 	turnCancel context.CancelFunc
 	turns      sync.WaitGroup
 }
@@ -157,6 +158,7 @@ func (a *actor) fail(err error) {
 	if c := a.s.conn; c != nil {
 		c.Deliver(&ErrorOut{Code: "internal", Message: "session storage failed; reconnect to resume"})
 		c.Close(CloseInternal, "internal error")
+		a.failed = true
 	}
 	a.stopped = true
 }
@@ -167,6 +169,10 @@ func (a *actor) finish() {
 	a.turns.Wait()
 	if err := a.reg.cfg.Journal.Release(context.Background(), a.sid, a.epoch); err != nil {
 		a.reg.cfg.Logger.Warn("release session", "session", a.sid, "err", err)
+	}
+	if a.failed {
+		// Still in the registry's map, so no other actor can claim it.
+		a.reg.interruptAfterFailure(a.sid)
 	}
 	a.reg.remove(a.sid, a)
 	close(a.done)

@@ -116,3 +116,26 @@ func (r *Registry) recoverOne(ctx context.Context, sid string, boot, lastAlive t
 	r.launch(a, s.Meta(), nil)
 	return nil
 }
+
+// interruptAfterFailure starts the reconnect window of a session whose
+// actor failed while a client was attached: the client was closed with
+// 1011, and its detach reached no actor. It is best effort: if the store
+// still fails, the next boot's recovery does it.
+func (r *Registry) interruptAfterFailure(sid string) {
+	ctx := context.Background()
+	m, err := r.cfg.Journal.Claim(ctx, sid)
+	if err != nil {
+		r.cfg.Logger.Error("interrupt failed session", "session", sid, "err", err)
+		return
+	}
+	if m.Status == wal.StatusActive {
+		s := newSession(r.sessionConfig(), m, r.cfg.Now())
+		s.markInterrupted(r.cfg.Now())
+		if err := r.cfg.Journal.Append(ctx, wal.Batch{SessionID: sid, Epoch: m.Epoch, Meta: s.Meta()}); err != nil {
+			r.cfg.Logger.Error("interrupt failed session", "session", sid, "err", err)
+		}
+	}
+	if err := r.cfg.Journal.Release(ctx, sid, m.Epoch); err != nil {
+		r.cfg.Logger.Warn("release session", "session", sid, "err", err)
+	}
+}
