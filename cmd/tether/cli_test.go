@@ -61,6 +61,15 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("serve gossiping off loopback without a cluster secret", func(t *testing.T) {
+		t.Parallel()
+		_, stderr, code := runTether(t, "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(),
+			"--jwt-secret", "S", "--gossip", "0.0.0.0:7946")
+		if code == 0 || !strings.Contains(stderr, "--cluster-secret") {
+			t.Fatalf("exit %d, stderr %q: want a refusal naming --cluster-secret", code, stderr)
+		}
+	})
+
 	t.Run("serve without a secret", func(t *testing.T) {
 		t.Parallel()
 		_, stderr, code := runTether(t, "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir())

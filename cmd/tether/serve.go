@@ -80,10 +80,26 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	case c.agent == "openai":
 		return c, errors.New("serve: the openai engine is not built yet; use echo or demo")
 	}
+	if c.clusterSecret == "" && !loopback(c.gossip) {
+		return c, fmt.Errorf("serve: --gossip %s is not a loopback address: set --cluster-secret (or TETHER_CLUSTER_SECRET)", c.gossip)
+	}
 	if c.nodeID == "" {
 		c.nodeID = c.listen
 	}
 	return c, nil
+}
+
+// loopback reports whether addr (host:port) names a loopback host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func durFlag(fs interface {
