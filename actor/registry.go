@@ -44,6 +44,11 @@ type Config struct {
 	// alive; after a crash, the last mark tells which reconnect windows
 	// had already ended. Default 1s.
 	AliveInterval time.Duration
+	// SweepInterval is how often the store's retention sweep runs. The
+	// registry runs it, not the store, so that it starts only after boot
+	// recovery: a session that was alive when the node stopped must have
+	// its window extended before any sweep looks at it. 0 disables it.
+	SweepInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// NewID makes session ids. Default: 26 base32 characters from
@@ -58,6 +63,8 @@ type Store interface {
 	ScanMeta(ctx context.Context, fn func(wal.Meta) error, onCorrupt func(error)) error
 	LastAlive() (time.Time, bool, error)
 	MarkAlive(ctx context.Context, t time.Time) error
+	// Sweep deletes the sessions whose retention has passed.
+	Sweep(ctx context.Context) (int, error)
 }
 
 var _ Store = (*wal.Log)(nil)
@@ -148,6 +155,10 @@ func New(cfg Config) (*Registry, error) {
 		}
 		r.wg.Add(1)
 		go r.aliveLoop()
+		if cfg.SweepInterval > 0 {
+			r.wg.Add(1)
+			go r.sweepLoop()
+		}
 	}
 	return r, nil
 }
@@ -192,6 +203,26 @@ func (r *Registry) aliveLoop() {
 		case <-t.C:
 			if err := r.cfg.Store.MarkAlive(r.ctx, r.cfg.Now()); err != nil && r.ctx.Err() == nil {
 				r.cfg.Logger.Error("record liveness", "err", err)
+			}
+		}
+	}
+}
+
+func (r *Registry) sweepLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			n, err := r.cfg.Store.Sweep(r.ctx)
+			switch {
+			case err != nil && r.ctx.Err() == nil:
+				r.cfg.Logger.Error("retention sweep", "err", err)
+			case n > 0:
+				r.cfg.Logger.Info("retention sweep", "deleted", n)
 			}
 		}
 	}

@@ -130,7 +130,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	metrics := gateway.NewMetrics()
-	log, err := wal.New(wal.Config{Dir: c.data, Retention: c.retention, OnCommit: metrics.ObserveCommit, Logger: logger})
+	// The registry runs the retention sweep, after its boot recovery.
+	log, err := wal.New(wal.Config{Dir: c.data, Retention: c.retention, SweepInterval: -1, OnCommit: metrics.ObserveCommit, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -142,6 +143,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	reg, err := actor.New(actor.Config{
 		Journal: log, Engine: engine, Window: c.window, ReplayLimit: c.replayLimit,
 		IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, Logger: logger,
+		SweepInterval: min(max(c.retention/4, 100*time.Millisecond), time.Minute),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
