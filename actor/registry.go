@@ -149,15 +149,13 @@ func New(cfg Config) (*Registry, error) {
 		}
 		// Mark at once: a crash within the first tick must still leave a
 		// record of when this run was alive.
-		if err := cfg.Store.MarkAlive(r.ctx, cfg.Now()); err != nil {
+		if err := r.markAlive(r.ctx); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("actor: record liveness: %w", err)
 		}
-		r.wg.Add(1)
-		go r.aliveLoop()
+		r.every(cfg.AliveInterval, "record liveness", r.markAlive)
 		if cfg.SweepInterval > 0 {
-			r.wg.Add(1)
-			go r.sweepLoop()
+			r.every(cfg.SweepInterval, "retention sweep", r.sweep)
 		}
 	}
 	return r, nil
@@ -192,40 +190,37 @@ func (r *Registry) sessionConfig() sessionConfig {
 	return sessionConfig{Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge, Tool: r.cfg.Engine.Tool}
 }
 
-func (r *Registry) aliveLoop() {
-	defer r.wg.Done()
-	t := time.NewTicker(r.cfg.AliveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-t.C:
-			if err := r.cfg.Store.MarkAlive(r.ctx, r.cfg.Now()); err != nil && r.ctx.Err() == nil {
-				r.cfg.Logger.Error("record liveness", "err", err)
+// every runs job every interval until Close, in a goroutine of the
+// registry's; what fails is logged under what.
+func (r *Registry) every(interval time.Duration, what string, job func(context.Context) error) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-t.C:
+				if err := job(r.ctx); err != nil && r.ctx.Err() == nil {
+					r.cfg.Logger.Error(what, "err", err)
+				}
 			}
 		}
-	}
+	}()
 }
 
-func (r *Registry) sweepLoop() {
-	defer r.wg.Done()
-	t := time.NewTicker(r.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-t.C:
-			n, err := r.cfg.Store.Sweep(r.ctx)
-			switch {
-			case err != nil && r.ctx.Err() == nil:
-				r.cfg.Logger.Error("retention sweep", "err", err)
-			case n > 0:
-				r.cfg.Logger.Info("retention sweep", "deleted", n)
-			}
-		}
+func (r *Registry) markAlive(ctx context.Context) error {
+	return r.cfg.Store.MarkAlive(ctx, r.cfg.Now())
+}
+
+func (r *Registry) sweep(ctx context.Context) error {
+	n, err := r.cfg.Store.Sweep(ctx)
+	if n > 0 {
+		r.cfg.Logger.Info("retention sweep", "deleted", n)
 	}
+	return err
 }
 
 // get returns the running actor of sid, activating it from the log if
