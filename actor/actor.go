@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -273,7 +274,7 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 	}
 	return TurnInput{
 		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
-		Context: cloneMap(m.Context), AgentContext: cloneMap(m.AgentContext),
+		Context: maps.Clone(m.Context), AgentContext: maps.Clone(m.AgentContext),
 	}, nil
 }
 

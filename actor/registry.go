@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -326,5 +325,3 @@ func (r *Registry) create(ctx context.Context, user string) (*actor, error) {
 	}
 	return nil, errors.New("create session: could not find a free session id")
 }
-
-func cloneMap(m map[string]any) map[string]any { return maps.Clone(m) }

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -46,10 +44,6 @@ func NewMetrics() *Metrics {
 
 // ObserveCommit is wal.Config.OnCommit's hook.
 func (m *Metrics) ObserveCommit(requests, _ int) { m.batch.Observe(float64(requests)) }
-
-// ObserveResume records one resume's latency (for backends that measure
-// it themselves).
-func (m *Metrics) ObserveResume(d time.Duration) { m.resume.Observe(d.Seconds()) }
 
 // Watch exposes the counters of the log and of the session registry.
 func (m *Metrics) Watch(log func() wal.Stats, sessions func() actor.Stats) {
