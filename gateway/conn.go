@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // conn is one client WebSocket. Its reader goroutine (serve, read.go)
@@ -35,6 +36,7 @@ type conn struct {
 
 type outItem struct {
 	out   actor.Out
+	raw   []byte // a frame already encoded (pong)
 	close *closeReq
 	ping  bool
 }
@@ -57,7 +59,12 @@ func newConn(s *Server, ws *websocket.Conn) *conn {
 
 // Deliver queues o. It never blocks: a full queue means the client fell
 // too far behind, and it is closed with 1013 (the log keeps everything).
-func (c *conn) Deliver(o actor.Out) {
+func (c *conn) Deliver(o actor.Out) { c.enqueue(outItem{out: o}) }
+
+// deliverRaw queues a frame the gateway itself answers (pong).
+func (c *conn) deliverRaw(b []byte) { c.enqueue(outItem{raw: b}) }
+
+func (c *conn) enqueue(it outItem) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -65,9 +72,9 @@ func (c *conn) Deliver(o actor.Out) {
 	}
 	if len(c.queue) >= c.srv.cfg.OutQueue {
 		c.closing = true
-		c.kill = &closeReq{CloseTryAgain, "client fell too far behind"}
+		c.kill = &closeReq{wire.CloseTryAgain, "client fell too far behind"}
 	} else {
-		c.queue = append(c.queue, outItem{out: o})
+		c.queue = append(c.queue, it)
 	}
 	c.kick()
 }
@@ -170,10 +177,13 @@ func (c *conn) write(it outItem) bool {
 		}
 		return true
 	}
-	b, err := encodeOut(it.out)
+	b, err := it.raw, error(nil)
+	if b == nil {
+		b, err = encodeOut(it.out)
+	}
 	if err != nil {
 		c.srv.log.Error("encode frame", "err", err)
-		c.writeClose(closeReq{CloseInternal, "internal error"})
+		c.writeClose(closeReq{wire.CloseInternal, "internal error"})
 		return false
 	}
 	if e, ok := it.out.(*actor.ErrorOut); ok {

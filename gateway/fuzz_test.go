@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // seedFrames are valid and nearly valid client frames.
@@ -39,7 +40,7 @@ var seedFrames = []string{
 
 // decodeClientFrame decodes b the way the gateway's reader does. It
 // reports whether the frame is usable (valid JSON frame with a type).
-func decodeClientFrame(b []byte) (gateway.ClientFrame, bool) {
+func decodeClientFrame(b []byte) (wire.ClientFrame, bool) {
 	f, err := gateway.DecodeFrame(b)
 	return f, err == nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // quiet is the logger of test nodes; TETHER_TEST_LOG=1 shows their logs.
@@ -298,9 +299,9 @@ func dialSmall(t *testing.T, url string, rcvbuf int) *wsc {
 // ---- HTTP helpers ----
 
 // snapshot fetches GET /v1/sessions/{sid} as tok and wants 200.
-func (n *node) snapshot(t *testing.T, tok, sid string) gateway.SnapshotJSON {
+func (n *node) snapshot(t *testing.T, tok, sid string) wire.Snapshot {
 	t.Helper()
-	var s gateway.SnapshotJSON
+	var s wire.Snapshot
 	if code := getJSON(t, n.HTTP+"/v1/sessions/"+sid, tok, &s); code != http.StatusOK {
 		t.Fatalf("snapshot of %s: status %d", sid, code)
 	}
@@ -308,9 +309,9 @@ func (n *node) snapshot(t *testing.T, tok, sid string) gateway.SnapshotJSON {
 }
 
 // waitStatus polls the snapshot until the session has status.
-func (n *node) waitStatus(t *testing.T, tok, sid, status string) gateway.SnapshotJSON {
+func (n *node) waitStatus(t *testing.T, tok, sid, status string) wire.Snapshot {
 	t.Helper()
-	var s gateway.SnapshotJSON
+	var s wire.Snapshot
 	eventually(t, "session "+sid+" to be "+status, func() bool {
 		s = n.snapshot(t, tok, sid)
 		return s.Status == status

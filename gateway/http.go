@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,13 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tether-dev/tether/gateway/web"
+	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
-
-// demoPage is the demo chat page served at /.
-//
-//go:embed web/index.html
-var demoPage []byte
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -34,26 +30,9 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /dev/token", s.handleDevToken)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(demoPage)
-	})
+	mux.HandleFunc("GET /{$}", serveFile("index.html", "text/html; charset=utf-8"))
+	mux.HandleFunc("GET /tether.js", serveFile("tether.js", "text/javascript; charset=utf-8"))
 	return mux
-}
-
-// SnapshotJSON is the body of GET /v1/sessions/{id}.
-type SnapshotJSON struct {
-	SessionID       string         `json:"session_id"`
-	Status          string         `json:"status"`
-	LastSeq         uint64         `json:"last_seq"`
-	CreatedAt       float64        `json:"created_at"`
-	LastActiveAt    float64        `json:"last_active_at"`
-	ExpiresAt       *float64       `json:"expires_at,omitempty"`
-	Context         map[string]any `json:"context"`
-	AgentContext    map[string]any `json:"agent_context"`
-	PendingToolCall *PendingTool   `json:"pending_tool_call"`
-	Sensitive       bool           `json:"sensitive"`
-	Messages        []Message      `json:"messages"`
 }
 
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -78,12 +57,12 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := snap.Meta
-	out := SnapshotJSON{
+	out := wire.Snapshot{
 		SessionID: m.SessionID, Status: string(snap.Status), LastSeq: m.LastSeq,
 		CreatedAt: unix(m.CreatedAt), LastActiveAt: unix(m.LastActiveAt),
 		Context: nonNil(m.Context), AgentContext: nonNil(m.AgentContext),
 		PendingToolCall: PendingOf(m.Pending), Sensitive: m.Sensitive,
-		Messages: make([]Message, len(snap.Messages)),
+		Messages: make([]wire.Message, len(snap.Messages)),
 	}
 	if !m.ExpiresAt.IsZero() {
 		e := unix(m.ExpiresAt)
@@ -127,3 +106,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// serveFile answers with one of the embedded browser files.
+func serveFile(name, contentType string) http.HandlerFunc {
+	body, err := web.Files.ReadFile(name)
+	if err != nil {
+		panic("gateway: missing embedded file " + name) // a build without it is broken
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(body)
+	}
+}

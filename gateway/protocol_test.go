@@ -412,3 +412,27 @@ func TestHistoryLimitCap(t *testing.T) {
 		t.Fatalf("limit 200: %d entries", len(got))
 	}
 }
+
+// TestPingPong: ping is answered at once with pong echoing its id (or
+// without one), any time after hello, and does not count against --rate.
+func TestPingPong(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOpts{gateway: gateway.Config{Rate: 1}})
+	c := dial(t, n.URL)
+	c.hello(token(t, "alice"), "", 0)
+	for i := range 20 { // far past the rate of 1/s with bursts of 2
+		c.send(map[string]any{"type": "ping", "id": fmt.Sprintf("h-%d", i)})
+		if p := c.read(); p["type"] != "pong" || p["id"] != fmt.Sprintf("h-%d", i) {
+			t.Fatalf("ping %d answered with %v", i, p)
+		}
+	}
+	c.send(map[string]any{"type": "ping"})
+	if p := c.read(); p["type"] != "pong" || p["id"] != nil {
+		t.Fatalf("ping without id answered with %v", p)
+	}
+	// Sends are still limited on their own.
+	c.sendMsg("s-1", "one")
+	if c.ackOf("s-1") != 1 {
+		t.Fatal("send after pings not acked")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // MaxSendIDLen is the longest client send id, in characters.
@@ -75,24 +76,24 @@ func (c *conn) extendDeadline() {
 // read returns the next client frame, or ok=false when the connection is
 // done (its close has been requested already, or the socket failed).
 // decodeErr is set for a frame that is JSON but not a valid frame.
-func (c *conn) read() (f ClientFrame, decodeErr error, ok bool) {
+func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 	mt, data, err := c.ws.ReadMessage()
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && c.sess == nil && !c.isClosing() {
-			c.fail(CodeBadRequest, "no hello frame in time", ClosePolicy)
+			c.fail(wire.CodeBadRequest, "no hello frame in time", wire.ClosePolicy)
 		}
 		// ErrReadLimit: gorilla has already closed with 1009.
 		return f, nil, false
 	}
 	switch {
 	case mt != websocket.TextMessage:
-		c.fail(CodeBadRequest, "only text frames are accepted", CloseUnsupported)
+		c.fail(wire.CodeBadRequest, "only text frames are accepted", wire.CloseUnsupported)
 		return f, nil, false
 	}
 	f, err = DecodeFrame(data)
 	if errors.Is(err, ErrInvalidPayload) {
-		c.fail(CodeBadRequest, err.Error(), CloseInvalidPayload)
+		c.fail(wire.CodeBadRequest, err.Error(), wire.CloseInvalidPayload)
 		return f, nil, false
 	}
 	return f, err, true
@@ -106,8 +107,8 @@ var ErrInvalidPayload = errors.New("frame is not valid UTF-8 JSON")
 // fields here, and unknown fields are ignored whatever their JSON type.
 // Errors other than ErrInvalidPayload describe a frame that is JSON but
 // not a valid frame (bad_request).
-func DecodeFrame(data []byte) (ClientFrame, error) {
-	var f ClientFrame
+func DecodeFrame(data []byte) (wire.ClientFrame, error) {
+	var f wire.ClientFrame
 	switch {
 	case !utf8.Valid(data):
 		return f, fmt.Errorf("%w: not UTF-8", ErrInvalidPayload)
@@ -123,16 +124,16 @@ func DecodeFrame(data []byte) (ClientFrame, error) {
 	f.Type = head.Type
 	var err error
 	switch f.Type {
-	case TypeHello:
+	case wire.TypeHello:
 		var v struct {
-			Token     string      `json:"token"`
-			SessionID string      `json:"session_id"`
-			LastSeq   uint64      `json:"last_seq"`
-			Stream    *StreamMark `json:"stream"`
+			Token     string           `json:"token"`
+			SessionID string           `json:"session_id"`
+			LastSeq   uint64           `json:"last_seq"`
+			Stream    *wire.StreamMark `json:"stream"`
 		}
 		err = json.Unmarshal(data, &v)
 		f.Token, f.SessionID, f.LastSeq, f.Stream = v.Token, v.SessionID, v.LastSeq, v.Stream
-	case TypeSend:
+	case wire.TypeSend:
 		var v struct {
 			ID       string         `json:"id"`
 			Content  string         `json:"content"`
@@ -140,19 +141,25 @@ func DecodeFrame(data []byte) (ClientFrame, error) {
 		}
 		err = json.Unmarshal(data, &v)
 		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
-	case TypeHistory:
+	case wire.TypeHistory:
 		var v struct {
 			BeforeSeq uint64 `json:"before_seq"`
 			Limit     int    `json:"limit"`
 		}
 		err = json.Unmarshal(data, &v)
 		f.BeforeSeq, f.Limit = v.BeforeSeq, v.Limit
-	case TypeContext:
+	case wire.TypeContext:
 		var v struct {
 			Set map[string]any `json:"set"`
 		}
 		err = json.Unmarshal(data, &v)
 		f.Set = v.Set
+	case wire.TypePing:
+		var v struct {
+			ID string `json:"id"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.ID = v.ID
 	}
 	switch {
 	case err != nil:
@@ -178,16 +185,16 @@ func (c *conn) hello() bool {
 	}
 	switch {
 	case bad != nil:
-		c.fail(CodeBadRequest, bad.Error(), ClosePolicy)
+		c.fail(wire.CodeBadRequest, bad.Error(), wire.ClosePolicy)
 		return false
-	case f.Type != TypeHello:
-		c.fail(CodeBadRequest, "the first frame must be hello", ClosePolicy)
+	case f.Type != wire.TypeHello:
+		c.fail(wire.CodeBadRequest, "the first frame must be hello", wire.ClosePolicy)
 		return false
 	}
 	start := time.Now()
 	id, err := Verify(c.srv.cfg.Secret, f.Token, c.srv.cfg.Now())
 	if err != nil {
-		c.fail(CodeUnauthorized, err.Error(), ClosePolicy)
+		c.fail(wire.CodeUnauthorized, err.Error(), wire.ClosePolicy)
 		return false
 	}
 	sess, err := c.srv.cfg.Backend.Open(c.srv.ctx, actor.OpenRequest{
@@ -195,20 +202,20 @@ func (c *conn) hello() bool {
 	})
 	switch {
 	case errors.Is(err, actor.ErrReauthRequired):
-		c.fail(CodeReauthRequired, "this session is sensitive: log in again to resume it", CloseReauth)
+		c.fail(wire.CodeReauthRequired, "this session is sensitive: log in again to resume it", wire.CloseReauth)
 		return false
 	case errors.Is(err, actor.ErrBadLastSeq):
-		c.fail(CodeBadRequest, "last_seq is beyond the session's last seq", ClosePolicy)
+		c.fail(wire.CodeBadRequest, "last_seq is beyond the session's last seq", wire.ClosePolicy)
 		return false
 	case errors.Is(err, actor.ErrClosed):
-		c.Close(CloseRestart, "node shutting down")
+		c.Close(wire.CloseRestart, "node shutting down")
 		return false
 	case errors.Is(err, ErrUnavailable):
-		c.fail(CodeUnavailable, "the session's owner cannot be reached; retry", CloseTryAgain)
+		c.fail(wire.CodeUnavailable, "the session's owner cannot be reached; retry", wire.CloseTryAgain)
 		return false
 	case err != nil:
 		c.srv.log.Error("open session", "err", err)
-		c.fail(CodeInternal, "could not open the session", CloseInternal)
+		c.fail(wire.CodeInternal, "could not open the session", wire.CloseInternal)
 		return false
 	}
 	c.sess = sess
@@ -227,41 +234,44 @@ func (c *conn) next() bool {
 	}
 	c.extendDeadline()
 	if bad != nil {
-		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: bad.Error(), ID: f.ID})
+		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: bad.Error(), ID: f.ID})
 		return true
 	}
 	var err error
 	ctx := c.srv.ctx
 	switch f.Type {
-	case TypeSend:
+	case wire.TypeSend:
 		if code, msg := c.checkSend(f); code != "" {
 			c.Deliver(&actor.ErrorOut{Code: code, Message: msg, ID: f.ID})
 			return true
 		}
 		err = c.sess.Send(ctx, f.ID, f.Content, f.Metadata)
-	case TypeHistory:
+	case wire.TypeHistory:
 		if f.Limit < 0 {
-			c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "limit must not be negative"})
+			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "limit must not be negative"})
 			return true
 		}
 		err = c.sess.History(ctx, f.BeforeSeq, f.Limit)
-	case TypeContext:
+	case wire.TypeContext:
 		if f.Set == nil {
-			c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "context needs a set object"})
+			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "context needs a set object"})
 			return true
 		}
 		err = c.sess.SetContext(ctx, f.Set)
-	case TypeComplete:
+	case wire.TypeComplete:
 		err = c.sess.Complete(ctx)
-	case TypeHello:
-		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: "hello was already received"})
+	case wire.TypePing:
+		b, _ := json.Marshal(wire.Pong{Type: wire.TypePong, ID: f.ID})
+		c.deliverRaw(b)
+	case wire.TypeHello:
+		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "hello was already received"})
 	default:
-		c.Deliver(&actor.ErrorOut{Code: CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q", f.Type)})
+		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q", f.Type)})
 	}
 	if err != nil {
 		// The actor stopped (and closed this connection) or the node is
 		// shutting down: the client reconnects and resumes.
-		c.Close(CloseRestart, "session moved; reconnect")
+		c.Close(wire.CloseRestart, "session moved; reconnect")
 		return false
 	}
 	return true
@@ -269,18 +279,18 @@ func (c *conn) next() bool {
 
 // checkSend applies the limits on one send; it returns an error code and
 // message, or "" when the send may go on.
-func (c *conn) checkSend(f ClientFrame) (string, string) {
+func (c *conn) checkSend(f wire.ClientFrame) (string, string) {
 	if c.limiter != nil && !c.limiter.Allow() {
-		return CodeRateLimited, fmt.Sprintf("more than %g sends per second", c.srv.cfg.Rate)
+		return wire.CodeRateLimited, fmt.Sprintf("more than %g sends per second", c.srv.cfg.Rate)
 	}
 	if n := utf8.RuneCountInString(f.ID); n < 1 || n > MaxSendIDLen {
-		return CodeBadRequest, fmt.Sprintf("send id must be 1–%d characters", MaxSendIDLen)
+		return wire.CodeBadRequest, fmt.Sprintf("send id must be 1–%d characters", MaxSendIDLen)
 	}
 	if f.Content == "" {
-		return CodeBadRequest, "content must not be empty"
+		return wire.CodeBadRequest, "content must not be empty"
 	}
 	if len(f.Content) > c.srv.cfg.MaxContent {
-		return CodeTooLarge, fmt.Sprintf("content is %d bytes, the limit is %d", len(f.Content), c.srv.cfg.MaxContent)
+		return wire.CodeTooLarge, fmt.Sprintf("content is %d bytes, the limit is %d", len(f.Content), c.srv.cfg.MaxContent)
 	}
 	return "", ""
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // Session is a connection's attached session. *actor.Handle supplies it
@@ -186,7 +187,7 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		for _, c := range conns {
-			c.Close(CloseRestart, "node shutting down")
+			c.Close(wire.CloseRestart, "node shutting down")
 		}
 		s.cancel()
 		s.wg.Wait()
@@ -213,7 +214,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "node shutting down"), time.Now().Add(time.Second))
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(wire.CloseRestart, "node shutting down"), time.Now().Add(time.Second))
 		ws.Close()
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // testSecret is the --jwt-secret every test node runs with.
@@ -251,7 +252,7 @@ func (p *proc) mustMetric(name string) float64 {
 }
 
 // snapshot is GET /v1/sessions/{id} with a Bearer token.
-func (p *proc) snapshot(sid, token string) (int, gateway.SnapshotJSON) {
+func (p *proc) snapshot(sid, token string) (int, wire.Snapshot) {
 	p.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, p.httpURL()+"/v1/sessions/"+sid, nil)
 	if err != nil {
@@ -263,7 +264,7 @@ func (p *proc) snapshot(sid, token string) (int, gateway.SnapshotJSON) {
 		p.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out gateway.SnapshotJSON
+	var out wire.Snapshot
 	if resp.StatusCode == http.StatusOK {
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 			p.t.Fatal(err)

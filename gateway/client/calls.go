@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // kind is what a call asks the server.
@@ -39,7 +38,7 @@ type call struct {
 
 // newCall encodes f on the caller's goroutine, so that a value JSON
 // cannot encode fails that call alone.
-func newCall(k kind, f gateway.ClientFrame) (*call, error) {
+func newCall(k kind, f wire.ClientFrame) (*call, error) {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("client: encode %s: %w", f.Type, err)
@@ -49,7 +48,7 @@ func newCall(k kind, f gateway.ClientFrame) (*call, error) {
 
 type result struct {
 	seq     uint64
-	batch   gateway.HistoryBatch
+	batch   wire.HistoryBatch
 	context map[string]any
 	err     error
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // ChatHelp lists the commands Chat understands.
@@ -35,7 +35,7 @@ const ChatHelp = `commands: /context key=value ...  /history [N]  /drop  /comple
 func Chat(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	p := &printer{w: out, notify: make(chan struct{})}
 	hook := cfg.OnSession
-	cfg.OnSession = func(f gateway.SessionFrame) {
+	cfg.OnSession = func(f wire.SessionFrame) {
 		p.session(f)
 		if hook != nil {
 			hook(f)
@@ -155,7 +155,7 @@ func chatLine(ctx context.Context, c *Client, p *printer, printed <-chan struct{
 }
 
 // FormatMessage renders an entry as Chat prints it.
-func FormatMessage(m gateway.Message) string {
+func FormatMessage(m wire.Message) string {
 	if m.Role != "tool" {
 		return fmt.Sprintf("[%d] %s: %s", m.Seq, m.Role, m.Content)
 	}
@@ -184,7 +184,7 @@ func (p *printer) linef(format string, args ...any) {
 	fmt.Fprintf(p.w, format+"\n", args...)
 }
 
-func (p *printer) session(f gateway.SessionFrame) {
+func (p *printer) session(f wire.SessionFrame) {
 	if !f.Resumed && f.Reason != "new" {
 		return // a lost session: Chat reports it when Dial fails
 	}
@@ -202,7 +202,7 @@ func (p *printer) session(f gateway.SessionFrame) {
 	}
 }
 
-func (p *printer) message(m gateway.Message) {
+func (p *printer) message(m wire.Message) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Fprintln(p.w, FormatMessage(m))

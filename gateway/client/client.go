@@ -13,8 +13,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // Config configures a Client. URLs and one of Token and TokenFunc are
@@ -69,7 +68,7 @@ type Config struct {
 	// and each resume's. It runs on the client's manager goroutine: it must
 	// return quickly and must not call the Client's methods other than
 	// SessionID, Stats and Err.
-	OnSession func(gateway.SessionFrame)
+	OnSession func(wire.SessionFrame)
 	// Logger; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -130,7 +129,7 @@ type Client struct {
 	stop   context.CancelFunc
 	reqs   chan request
 	events chan event
-	msgs   chan gateway.Message
+	msgs   chan wire.Message
 	ready  chan struct{} // closed when the first session is attached
 	done   chan struct{} // closed when the client has ended; err says why
 	exited chan struct{} // closed when the manager goroutine is gone
@@ -154,7 +153,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, reqs: make(chan request), events: make(chan event),
-		msgs: make(chan gateway.Message), ready: make(chan struct{}), done: make(chan struct{}),
+		msgs: make(chan wire.Message), ready: make(chan struct{}), done: make(chan struct{}),
 		exited: make(chan struct{}), sessionID: cfg.SessionID,
 	}
 	c.delivered.Store(cfg.LastSeq)
@@ -203,7 +202,7 @@ func (c *Client) LastSeq() uint64 {
 // is closed once the client has ended and what it held was read, or at
 // Close. Read it: entries beyond Config.MessageBuffer are fetched again
 // from the server only when there is room.
-func (c *Client) Messages() <-chan gateway.Message { return c.msgs }
+func (c *Client) Messages() <-chan wire.Message { return c.msgs }
 
 // Done is closed when the client has ended; Err says why.
 func (c *Client) Done() <-chan struct{} { return c.done }
@@ -235,7 +234,7 @@ func (c *Client) SendID(ctx context.Context, id, content string, metadata map[st
 	if id == "" {
 		return 0, errors.New("client: send id is empty")
 	}
-	f := gateway.ClientFrame{Type: gateway.TypeSend, ID: id, Content: content, Metadata: metadata}
+	f := wire.ClientFrame{Type: wire.TypeSend, ID: id, Content: content, Metadata: metadata}
 	cl, err := newCall(kindSend, f)
 	if err != nil {
 		return 0, err
@@ -250,11 +249,11 @@ func (c *Client) SendID(ctx context.Context, id, content string, metadata map[st
 // History returns the entries just before beforeSeq (0: the newest), at
 // most limit (0: the server's default, at most 200). It does not touch
 // the Messages stream.
-func (c *Client) History(ctx context.Context, beforeSeq uint64, limit int) (gateway.HistoryBatch, error) {
+func (c *Client) History(ctx context.Context, beforeSeq uint64, limit int) (wire.HistoryBatch, error) {
 	if limit < 0 {
-		return gateway.HistoryBatch{}, errors.New("client: history limit is negative")
+		return wire.HistoryBatch{}, errors.New("client: history limit is negative")
 	}
-	cl, _ := newCall(kindHistory, gateway.ClientFrame{Type: gateway.TypeHistory, BeforeSeq: beforeSeq, Limit: limit})
+	cl, _ := newCall(kindHistory, wire.ClientFrame{Type: wire.TypeHistory, BeforeSeq: beforeSeq, Limit: limit})
 	r, err := c.call(ctx, cl)
 	return r.batch, err
 }
@@ -266,12 +265,12 @@ func (c *Client) SetContext(ctx context.Context, set map[string]any) (map[string
 	if set == nil {
 		set = map[string]any{}
 	}
-	// Not a gateway.ClientFrame: its omitempty would drop an empty set,
+	// Not a wire.ClientFrame: its omitempty would drop an empty set,
 	// which the server refuses (without an id to answer).
 	data, err := json.Marshal(struct {
 		Type string         `json:"type"`
 		Set  map[string]any `json:"set"`
-	}{gateway.TypeContext, set})
+	}{wire.TypeContext, set})
 	if err != nil {
 		return nil, fmt.Errorf("client: encode context: %w", err)
 	}
@@ -283,7 +282,7 @@ func (c *Client) SetContext(ctx context.Context, set map[string]any) (map[string
 // The client then ends with ErrCompleted once the server closes; entries
 // still held are delivered before Messages closes.
 func (c *Client) Complete(ctx context.Context) error {
-	cl, _ := newCall(kindComplete, gateway.ClientFrame{Type: gateway.TypeComplete})
+	cl, _ := newCall(kindComplete, wire.ClientFrame{Type: wire.TypeComplete})
 	_, err := c.call(ctx, cl)
 	return err
 }

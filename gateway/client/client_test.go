@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 func TestSendAckMessages(t *testing.T) {
 	n := newNode(t, nodeOpts{})
-	var sessions []gateway.SessionFrame
+	var sessions []wire.SessionFrame
 	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0),
-		OnSession: func(f gateway.SessionFrame) { sessions = append(sessions, f) }})
+		OnSession: func(f wire.SessionFrame) { sessions = append(sessions, f) }})
 	if c.SessionID() == "" || len(sessions) != 1 || sessions[0].Resumed || sessions[0].Reason != "new" {
 		t.Fatalf("session %q, frames %+v", c.SessionID(), sessions)
 	}
@@ -62,10 +62,10 @@ func TestSendAckMessages(t *testing.T) {
 	// A refused send is a *ServerError; the connection stays up.
 	_, err = c.Send(ctx, strings.Repeat("x", 40000), nil)
 	var se *ServerError
-	if !errors.As(err, &se) || se.Code != gateway.CodeTooLarge {
+	if !errors.As(err, &se) || se.Code != wire.CodeTooLarge {
 		t.Fatalf("oversized Send: %v", err)
 	}
-	if _, err := c.Send(ctx, "", nil); !errors.As(err, &se) || se.Code != gateway.CodeBadRequest {
+	if _, err := c.Send(ctx, "", nil); !errors.As(err, &se) || se.Code != wire.CodeBadRequest {
 		t.Fatalf("empty Send: %v", err)
 	}
 	// What the client can tell is wrong fails before it reaches the server.

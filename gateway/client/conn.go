@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // dialOnce is one connection attempt, run on its own goroutine: a token,
@@ -32,7 +31,7 @@ func (c *Client) dialOnce(ctx context.Context, url, sid string, last uint64) dia
 		res.err = err
 		return res
 	}
-	hello := gateway.ClientFrame{Type: gateway.TypeHello, Token: tok, SessionID: sid}
+	hello := wire.ClientFrame{Type: wire.TypeHello, Token: tok, SessionID: sid}
 	if sid != "" {
 		hello.LastSeq = last
 	}
@@ -87,20 +86,20 @@ func decode(data []byte) (any, error) {
 	}
 	var f any
 	switch head.Type {
-	case gateway.TypeSession:
-		f = new(gateway.SessionFrame)
-	case gateway.TypeHistoryBatch:
-		f = new(gateway.HistoryBatch)
-	case gateway.TypeMessage:
-		f = new(gateway.Message)
-	case gateway.TypeAck:
-		f = new(gateway.Ack)
-	case gateway.TypeContext:
-		f = new(gateway.ContextFrame)
-	case gateway.TypeCompleted:
-		f = new(gateway.CompletedFrame)
-	case gateway.TypeError:
-		f = new(gateway.ErrorFrame)
+	case wire.TypeSession:
+		f = new(wire.SessionFrame)
+	case wire.TypeHistoryBatch:
+		f = new(wire.HistoryBatch)
+	case wire.TypeMessage:
+		f = new(wire.Message)
+	case wire.TypeAck:
+		f = new(wire.Ack)
+	case wire.TypeContext:
+		f = new(wire.ContextFrame)
+	case wire.TypeCompleted:
+		f = new(wire.CompletedFrame)
+	case wire.TypeError:
+		f = new(wire.ErrorFrame)
 	default:
 		return nil, nil
 	}

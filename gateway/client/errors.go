@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // Reasons a Client ends; see Err.
@@ -52,9 +52,9 @@ func (e *ServerError) Error() string {
 func (e *ServerError) Is(target error) bool {
 	switch target {
 	case ErrUnauthorized:
-		return e.Code == gateway.CodeUnauthorized
+		return e.Code == wire.CodeUnauthorized
 	case ErrReauthRequired:
-		return e.Code == gateway.CodeReauthRequired
+		return e.Code == wire.CodeReauthRequired
 	}
 	return false
 }

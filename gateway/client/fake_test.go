@@ -9,8 +9,7 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // fake is a scripted server for what a correct Tether node never does
@@ -21,7 +20,7 @@ type fake struct {
 	conns atomic.Int64
 }
 
-type script func(n int, ws *websocket.Conn, hello gateway.ClientFrame)
+type script func(n int, ws *websocket.Conn, hello wire.ClientFrame)
 
 func newFake(t *testing.T, run script) *fake {
 	t.Helper()
@@ -33,7 +32,7 @@ func newFake(t *testing.T, run script) *fake {
 			return
 		}
 		defer ws.Close()
-		var hello gateway.ClientFrame
+		var hello wire.ClientFrame
 		if err := ws.ReadJSON(&hello); err != nil {
 			return
 		}
@@ -47,12 +46,12 @@ func (f *fake) url() string { return "ws" + strings.TrimPrefix(f.srv.URL, "http"
 
 func send(ws *websocket.Conn, v any) { _ = ws.WriteJSON(v) }
 
-func msg(seq uint64) gateway.Message {
-	return gateway.Message{Type: gateway.TypeMessage, Seq: seq, Role: "agent", Content: "x", Metadata: map[string]any{}}
+func msg(seq uint64) wire.Message {
+	return wire.Message{Type: wire.TypeMessage, Seq: seq, Role: "agent", Content: "x", Metadata: map[string]any{}}
 }
 
-func sessionFrame(resumed bool, reason string, last uint64) gateway.SessionFrame {
-	return gateway.SessionFrame{Type: gateway.TypeSession, SessionID: "S", Resumed: resumed, Reason: reason,
+func sessionFrame(resumed bool, reason string, last uint64) wire.SessionFrame {
+	return wire.SessionFrame{Type: wire.TypeSession, SessionID: "S", Resumed: resumed, Reason: reason,
 		Status: "active", LastSeq: last, WindowS: 300, Context: map[string]any{}}
 }
 
@@ -71,8 +70,8 @@ func closeWith(ws *websocket.Conn, code int) {
 }
 
 func TestDuplicateDroppedGapRepaired(t *testing.T) {
-	hellos := make(chan gateway.ClientFrame, 2)
-	f := newFake(t, func(n int, ws *websocket.Conn, hello gateway.ClientFrame) {
+	hellos := make(chan wire.ClientFrame, 2)
+	f := newFake(t, func(n int, ws *websocket.Conn, hello wire.ClientFrame) {
 		hellos <- hello
 		switch n {
 		case 0:
@@ -82,7 +81,7 @@ func TestDuplicateDroppedGapRepaired(t *testing.T) {
 			send(ws, msg(3)) // gap: 2 is missing
 		case 1:
 			send(ws, sessionFrame(true, "resumed", 4))
-			send(ws, gateway.HistoryBatch{Type: gateway.TypeHistoryBatch, Messages: []gateway.Message{msg(2), msg(3), msg(4)}, FirstSeq: 2, LastSeq: 4})
+			send(ws, wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: []wire.Message{msg(2), msg(3), msg(4)}, FirstSeq: 2, LastSeq: 4})
 			send(ws, msg(4)) // duplicate of a replayed entry
 			send(ws, msg(5))
 		}
@@ -106,24 +105,24 @@ func TestCloseCodes(t *testing.T) {
 		want    error  // nil: the client resumes
 	}{
 		{1006, "", nil}, // no close frame at all
-		{1011, gateway.CodeInternal, nil},
+		{1011, wire.CodeInternal, nil},
 		{1012, "", nil},
-		{1013, gateway.CodeUnavailable, nil},
+		{1013, wire.CodeUnavailable, nil},
 		{1000, "", ErrCompleted},
 		{4001, "", ErrSuperseded},
-		{4003, gateway.CodeReauthRequired, ErrReauthRequired},
-		{1008, gateway.CodeUnauthorized, ErrUnauthorized},
+		{4003, wire.CodeReauthRequired, ErrReauthRequired},
+		{1008, wire.CodeUnauthorized, ErrUnauthorized},
 	} {
-		f := newFake(t, func(n int, ws *websocket.Conn, _ gateway.ClientFrame) {
+		f := newFake(t, func(n int, ws *websocket.Conn, _ wire.ClientFrame) {
 			if n > 0 {
 				send(ws, sessionFrame(true, "resumed", 0))
-				send(ws, gateway.HistoryBatch{Type: gateway.TypeHistoryBatch, Messages: []gateway.Message{}})
+				send(ws, wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: []wire.Message{}})
 				drain(ws)
 				return
 			}
 			send(ws, sessionFrame(false, "new", 0))
 			if tc.errCode != "" {
-				send(ws, gateway.ErrorFrame{Type: gateway.TypeError, Code: tc.errCode, Message: "test"})
+				send(ws, wire.ErrorFrame{Type: wire.TypeError, Code: tc.errCode, Message: "test"})
 			}
 			if tc.code == 1006 {
 				ws.Close()
@@ -132,7 +131,7 @@ func TestCloseCodes(t *testing.T) {
 			closeWith(ws, tc.code)
 		})
 		resumed := make(chan struct{}, 1)
-		c := dial(t, Config{URLs: []string{f.url()}, Token: "t", OnSession: func(f gateway.SessionFrame) {
+		c := dial(t, Config{URLs: []string{f.url()}, Token: "t", OnSession: func(f wire.SessionFrame) {
 			if f.Resumed {
 				resumed <- struct{}{}
 			}
@@ -161,7 +160,7 @@ func TestCloseCodes(t *testing.T) {
 }
 
 func TestSessionLost(t *testing.T) {
-	f := newFake(t, func(n int, ws *websocket.Conn, _ gateway.ClientFrame) {
+	f := newFake(t, func(n int, ws *websocket.Conn, _ wire.ClientFrame) {
 		if n == 0 {
 			send(ws, sessionFrame(false, "new", 0))
 			ws.Close() // 1006
@@ -185,18 +184,18 @@ func TestSessionLost(t *testing.T) {
 }
 
 func TestRateLimitedSendRetried(t *testing.T) {
-	f := newFake(t, func(_ int, ws *websocket.Conn, _ gateway.ClientFrame) {
+	f := newFake(t, func(_ int, ws *websocket.Conn, _ wire.ClientFrame) {
 		send(ws, sessionFrame(false, "new", 0))
 		for i := 0; ; i++ {
-			var fr gateway.ClientFrame
+			var fr wire.ClientFrame
 			if err := ws.ReadJSON(&fr); err != nil {
 				return
 			}
 			if i == 0 {
-				send(ws, gateway.ErrorFrame{Type: gateway.TypeError, Code: gateway.CodeRateLimited, Message: "slow down", ID: fr.ID})
+				send(ws, wire.ErrorFrame{Type: wire.TypeError, Code: wire.CodeRateLimited, Message: "slow down", ID: fr.ID})
 				continue
 			}
-			send(ws, gateway.Ack{Type: gateway.TypeAck, ID: fr.ID, Seq: 1})
+			send(ws, wire.Ack{Type: wire.TypeAck, ID: fr.ID, Seq: 1})
 		}
 	})
 	c := dial(t, Config{URLs: []string{f.url()}, Token: "t"})

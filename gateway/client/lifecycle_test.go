@@ -9,6 +9,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 func TestCompleteThenResume(t *testing.T) {
@@ -26,7 +27,7 @@ func TestCompleteThenResume(t *testing.T) {
 		t.Fatalf("ended with %v", err)
 	}
 	// What was held is still delivered, then Messages closes.
-	var got []gateway.Message
+	var got []wire.Message
 	for m := range c.Messages() {
 		got = append(got, m)
 	}
@@ -62,7 +63,7 @@ func TestUnknownSessionAndBadToken(t *testing.T) {
 	bad, _ := gateway.Issue([]byte("wrong secret"), gateway.TokenSpec{User: "alice"}, time.Now())
 	_, err := Dial(ctx, Config{URLs: []string{n.url()}, Token: bad, Logger: quiet})
 	var se *ServerError
-	if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &se) || se.Code != gateway.CodeUnauthorized {
+	if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &se) || se.Code != wire.CodeUnauthorized {
 		t.Fatalf("bad token: %v", err)
 	}
 }

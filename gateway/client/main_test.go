@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -105,7 +106,7 @@ func (n *node) token(t *testing.T, user string, authAge time.Duration) string {
 }
 
 // snapshot reads GET /v1/sessions/{id}.
-func (n *node) snapshot(t *testing.T, sid, token string) gateway.SnapshotJSON {
+func (n *node) snapshot(t *testing.T, sid, token string) wire.Snapshot {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+n.addr+"/v1/sessions/"+sid, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -118,7 +119,7 @@ func (n *node) snapshot(t *testing.T, sid, token string) gateway.SnapshotJSON {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("snapshot: HTTP %s", resp.Status)
 	}
-	var s gateway.SnapshotJSON
+	var s wire.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		t.Fatal(err)
 	}
@@ -151,10 +152,10 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // collect reads n entries from c.Messages.
-func collect(t *testing.T, c *Client, n int) []gateway.Message {
+func collect(t *testing.T, c *Client, n int) []wire.Message {
 	t.Helper()
 	timeout := time.After(wait)
-	var out []gateway.Message
+	var out []wire.Message
 	for len(out) < n {
 		select {
 		case m, ok := <-c.Messages():
@@ -171,7 +172,7 @@ func collect(t *testing.T, c *Client, n int) []gateway.Message {
 
 // contiguous checks that msgs are seqs from, from+1, ... with nothing
 // missing or repeated.
-func contiguous(t *testing.T, msgs []gateway.Message, from uint64) {
+func contiguous(t *testing.T, msgs []wire.Message, from uint64) {
 	t.Helper()
 	for i, m := range msgs {
 		if want := from + uint64(i); m.Seq != want {
@@ -180,7 +181,7 @@ func contiguous(t *testing.T, msgs []gateway.Message, from uint64) {
 	}
 }
 
-func seqs(msgs []gateway.Message) []uint64 {
+func seqs(msgs []wire.Message) []uint64 {
 	s := make([]uint64, len(msgs))
 	for i, m := range msgs {
 		s[i] = m.Seq

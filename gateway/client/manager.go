@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // event is what a reader hands the manager: a decoded frame (nil for one
@@ -63,7 +62,7 @@ type manager struct {
 
 	sid        string
 	last, high uint64 // newest seq queued for Messages; newest the server has
-	queue      []gateway.Message
+	queue      []wire.Message
 	sends      map[string]*call
 	calls      []*call // history, context, complete not yet answered
 	n          uint64
@@ -100,8 +99,8 @@ func (m *manager) run() {
 	defer close(m.c.exited)
 	m.dial()
 	for m.ended == nil {
-		var out chan<- gateway.Message
-		var head gateway.Message
+		var out chan<- wire.Message
+		var head wire.Message
 		if len(m.queue) > 0 {
 			out, head = m.c.msgs, m.queue[0]
 		}
@@ -261,18 +260,18 @@ func terminal(err error, s *sock) error {
 		why = s.srvErr
 	}
 	switch ce.Code {
-	case gateway.CloseNormal:
+	case wire.CloseNormal:
 		return ErrCompleted
-	case gateway.CloseSuperseded:
+	case wire.CloseSuperseded:
 		return ErrSuperseded
-	case gateway.CloseReauth:
+	case wire.CloseReauth:
 		return fmt.Errorf("%w (%w)", ErrReauthRequired, why)
-	case gateway.ClosePolicy:
-		if s.srvErr != nil && s.srvErr.Code != gateway.CodeUnauthorized {
+	case wire.ClosePolicy:
+		if s.srvErr != nil && s.srvErr.Code != wire.CodeUnauthorized {
 			return s.srvErr
 		}
 		return fmt.Errorf("%w (%w)", ErrUnauthorized, why)
-	case gateway.CloseUnsupported, gateway.CloseInvalidPayload, gateway.CloseTooBig:
+	case wire.CloseUnsupported, wire.CloseInvalidPayload, wire.CloseTooBig:
 		return fmt.Errorf("client: the server refused a frame: %w", why)
 	}
 	return nil // 1006, 1011, 1012, 1013 and the rest: reconnect

@@ -3,7 +3,7 @@ package client
 import (
 	"slices"
 
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/wire"
 )
 
 // maxPage is the most entries one history request returns (PROTOCOL.md).
@@ -20,19 +20,19 @@ func (m *manager) event(ev event) {
 		return
 	}
 	switch f := ev.f.(type) {
-	case *gateway.SessionFrame:
+	case *wire.SessionFrame:
 		m.onSession(s, f)
-	case *gateway.HistoryBatch:
+	case *wire.HistoryBatch:
 		m.onBatch(s, f)
-	case *gateway.Message:
+	case *wire.Message:
 		m.onMessage(s, f)
-	case *gateway.Ack:
+	case *wire.Ack:
 		if cl := m.sends[f.ID]; cl != nil {
 			delete(m.sends, f.ID)
 			m.retries = 0
 			m.answer(cl, result{seq: f.Seq})
 		}
-	case *gateway.ContextFrame:
+	case *wire.ContextFrame:
 		if len(s.ctxq) == 0 {
 			m.c.log.Warn("tether: context frame nobody asked for")
 			return
@@ -41,7 +41,7 @@ func (m *manager) event(ev event) {
 		s.ctxq = s.ctxq[1:]
 		m.calls = slices.DeleteFunc(m.calls, func(x *call) bool { return x == cl })
 		m.answer(cl, result{context: f.Context})
-	case *gateway.CompletedFrame:
+	case *wire.CompletedFrame:
 		m.completed = true
 		m.calls = slices.DeleteFunc(m.calls, func(x *call) bool {
 			if x.kind == kindComplete {
@@ -50,15 +50,15 @@ func (m *manager) event(ev event) {
 			}
 			return false
 		})
-	case *gateway.ErrorFrame:
+	case *wire.ErrorFrame:
 		m.onError(s, f)
 	}
 }
 
-func (m *manager) onError(s *sock, f *gateway.ErrorFrame) {
+func (m *manager) onError(s *sock, f *wire.ErrorFrame) {
 	se := &ServerError{Code: f.Code, Message: f.Message, ID: f.ID}
 	if cl := m.sends[f.ID]; f.ID != "" && cl != nil {
-		if f.Code == gateway.CodeRateLimited {
+		if f.Code == wire.CodeRateLimited {
 			// Nothing was stored; the same id goes out again shortly.
 			cl.retryWait = true
 			if !m.retryOn {
@@ -76,7 +76,7 @@ func (m *manager) onError(s *sock, f *gateway.ErrorFrame) {
 	m.c.log.Warn("tether server error", "code", f.Code, "message", f.Message, "id", f.ID)
 }
 
-func (m *manager) onSession(s *sock, f *gateway.SessionFrame) {
+func (m *manager) onSession(s *sock, f *wire.SessionFrame) {
 	if s.phase != phaseHello {
 		m.c.log.Warn("tether: unexpected session frame", "session", f.SessionID)
 		return
@@ -105,7 +105,7 @@ func (m *manager) onSession(s *sock, f *gateway.SessionFrame) {
 	m.attach(s)
 }
 
-func (m *manager) onBatch(s *sock, b *gateway.HistoryBatch) {
+func (m *manager) onBatch(s *sock, b *wire.HistoryBatch) {
 	switch {
 	case s.phase == phaseReplay:
 		m.replay(b)
@@ -127,10 +127,10 @@ func (m *manager) onBatch(s *sock, b *gateway.HistoryBatch) {
 // replay takes a resume's history_batch. Entries that do not follow on
 // (those before them were omitted, or there is no room) are left for
 // fillMore to page in.
-func (m *manager) replay(b *gateway.HistoryBatch) {
+func (m *manager) replay(b *wire.HistoryBatch) {
 	for i := range b.Messages {
 		msg := &b.Messages[i]
-		msg.Type = gateway.TypeMessage
+		msg.Type = wire.TypeMessage
 		m.resolveByEntry(msg)
 		switch {
 		case msg.Seq <= m.last:
@@ -147,7 +147,7 @@ func (m *manager) replay(b *gateway.HistoryBatch) {
 // onMessage takes a live entry: the next one is queued, an old one is a
 // duplicate, one past a hole we know of (we are paging) waits for the
 // paging, and any other is a gap: reconnect and resume from m.last.
-func (m *manager) onMessage(s *sock, msg *gateway.Message) {
+func (m *manager) onMessage(s *sock, msg *wire.Message) {
 	if s.phase != phaseReady {
 		m.c.log.Warn("tether: message before the session was attached", "seq", msg.Seq)
 		m.high = max(m.high, msg.Seq)
@@ -170,12 +170,12 @@ func (m *manager) onMessage(s *sock, msg *gateway.Message) {
 }
 
 // page takes an internal history page asked for by fillMore.
-func (m *manager) page(s *sock, b *gateway.HistoryBatch) {
+func (m *manager) page(s *sock, b *wire.HistoryBatch) {
 	s.filling = false
 	progressed := false
 	for i := range b.Messages {
 		msg := &b.Messages[i]
-		msg.Type = gateway.TypeMessage
+		msg.Type = wire.TypeMessage
 		m.resolveByEntry(msg)
 		if msg.Seq <= m.last {
 			m.c.dups.Add(1)
@@ -214,13 +214,13 @@ func (m *manager) fillMore() {
 	n := min(want, room)
 	s.filling = true
 	s.histq = append(s.histq, nil)
-	f, _ := newCall(kindHistory, gateway.ClientFrame{Type: gateway.TypeHistory, BeforeSeq: m.last + n + 1, Limit: int(n)})
+	f, _ := newCall(kindHistory, wire.ClientFrame{Type: wire.TypeHistory, BeforeSeq: m.last + n + 1, Limit: int(n)})
 	m.writeData(s, f.data)
 }
 
 func (m *manager) room() bool { return len(m.queue) < m.cfg.MessageBuffer }
 
-func (m *manager) push(msg gateway.Message) {
+func (m *manager) push(msg wire.Message) {
 	m.queue = append(m.queue, msg)
 	m.last = msg.Seq
 	m.high = max(m.high, msg.Seq)
@@ -229,7 +229,7 @@ func (m *manager) push(msg gateway.Message) {
 // pop: the head of the queue was delivered.
 func (m *manager) pop() {
 	m.c.delivered.Store(m.queue[0].Seq)
-	m.queue[0] = gateway.Message{}
+	m.queue[0] = wire.Message{}
 	m.queue = m.queue[1:]
 	if len(m.queue) == 0 {
 		m.queue = nil
@@ -240,7 +240,7 @@ func (m *manager) pop() {
 // resolveByEntry answers a pending send from its own log entry (a user
 // entry carries its send id): after a drop, the replay can prove a send
 // durable before the resend's ack does.
-func (m *manager) resolveByEntry(msg *gateway.Message) {
+func (m *manager) resolveByEntry(msg *wire.Message) {
 	if msg.Role != "user" || len(m.sends) == 0 {
 		return
 	}

@@ -1,0 +1,2 @@
+// tether.js — the Tether browser client (ES module). See README.md.
+export {};
