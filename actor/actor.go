@@ -2,189 +2,250 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/tether-dev/tether/wal"
 )
 
-// actor is the goroutine that owns one Session: it takes events from its
-// mailbox one at a time, steps the machine and carries out the effects.
-// It is the only writer of its session's log.
+// actor owns one Session. Events wait in its mailbox; a goroutine steps
+// the machine with them one at a time and carries out the effects. That
+// goroutine runs only while there is mail: an idle session costs no
+// goroutine and no timer (the registry's ticker looks at Deadline for
+// it). Only one goroutine at a time ever touches the machine: the mailbox
+// lock hands the state over, as raft's node hands its RawNode to one loop.
 type actor struct {
-	reg     *Registry
-	sid     string
-	mailbox chan mail
-	// ready is closed once activation finished; startErr says how.
-	ready    chan struct{}
-	startErr error
-	// stopping is closed when the loop has decided to stop: turn
-	// goroutines give up posting. done is closed when the actor is gone
-	// (claim released, out of the registry): callers waiting on it retry.
-	stopping chan struct{}
-	done     chan struct{}
+	reg *Registry
+	sid string
 
-	// Owned by the loop goroutine.
+	// readyCh is closed once activation finished; startErr says how.
+	readyCh  chan struct{}
+	startErr error
+
+	mu       sync.Mutex
+	queue    []Event // the mailbox
+	running  bool    // a goroutine is draining the mailbox
+	stopped  bool    // the actor is gone: posts are refused
+	notFull  chan struct{}
+	done     chan struct{} // closed when the actor is gone
+	deadline atomic.Int64  // unix nanos of s.Deadline(), 0 for none
+
+	// Owned by the goroutine draining the mailbox.
 	s          *Session
 	epoch      uint64
-	stopped    bool
-	failed     bool // stopped by a storage failure with a client attached
+	inflight   int  // appends handed to the journal, not yet answered
+	stopping   bool // effStop ran: finish once nothing is in flight
 	turnCancel context.CancelFunc
 	turns      sync.WaitGroup
 }
 
-// mail is one mailbox item: an event, and for an attach, where to answer.
-type mail struct {
-	ev    any
-	reply chan<- effOpened
-}
-
 func newActor(r *Registry, sid string) *actor {
-	return &actor{
-		reg:      r,
-		sid:      sid,
-		mailbox:  make(chan mail, r.cfg.MailboxSize),
-		ready:    make(chan struct{}),
-		stopping: make(chan struct{}),
-		done:     make(chan struct{}),
-	}
+	return &actor{reg: r, sid: sid, done: make(chan struct{}), readyCh: make(chan struct{})}
 }
 
-// loop runs the actor until an effStop, a failure or registry shutdown.
-func (a *actor) loop(m wal.Meta) {
-	defer a.finish()
-	a.epoch = m.Epoch
-	a.s = newSession(a.reg.sessionConfig(), m, a.reg.cfg.Now())
-	a.run(a.s.Step(evStart{now: a.reg.cfg.Now()}))
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for !a.stopped {
-		a.arm(timer)
+func (a *actor) ready() <-chan struct{} { return a.readyCh }
+
+// post queues an event from inside the node (the journal, the actor's
+// own turn goroutines, the registry). It never blocks, so the journal's
+// committer can call it; it reports false when the actor is gone.
+func (a *actor) post(ev Event) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return false
+	}
+	a.queue = append(a.queue, ev)
+	a.wake()
+	return true
+}
+
+// postWait queues an event from a client, waiting while the mailbox holds
+// MailboxSize events: a client that floods its session is slowed down.
+func (a *actor) postWait(ctx context.Context, ev Event) error {
+	for {
+		a.mu.Lock()
+		if a.stopped {
+			a.mu.Unlock()
+			return ErrGone
+		}
+		if len(a.queue) < a.reg.cfg.MailboxSize {
+			a.queue = append(a.queue, ev)
+			a.wake()
+			a.mu.Unlock()
+			return nil
+		}
+		if a.notFull == nil {
+			a.notFull = make(chan struct{})
+		}
+		wait := a.notFull
+		a.mu.Unlock()
 		select {
-		case ml := <-a.mailbox:
-			a.handle(ml)
-		case <-timer.C:
-			a.run(a.s.Step(evTick{now: a.reg.cfg.Now()}))
-		case <-a.reg.ctx.Done():
-			a.run(a.s.Step(evShutdown{}))
+		case <-wait:
+		case <-a.done:
+			return ErrGone
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
 
-func (a *actor) arm(t *time.Timer) {
-	d := a.s.Deadline()
-	if d.IsZero() {
-		t.Stop()
+// wake starts the draining goroutine if none runs. Called with mu held.
+func (a *actor) wake() {
+	if a.running {
 		return
 	}
-	t.Reset(max(d.Sub(a.reg.cfg.Now()), 0))
+	a.running = true
+	a.reg.wg.Add(1)
+	go a.drain()
 }
 
-func (a *actor) handle(ml mail) {
-	ev := ml.ev
-	if send, ok := ev.(evSend); ok && send.conn == a.s.conn {
-		seq, found, err := a.reg.cfg.Journal.SendSeq(a.sid, send.id)
-		if err != nil {
-			a.fail(fmt.Errorf("look up send id: %w", err))
+// drain steps the machine with every queued event, then exits.
+func (a *actor) drain() {
+	defer a.reg.wg.Done()
+	for {
+		a.mu.Lock()
+		if len(a.queue) == 0 || a.stopped {
+			a.running = false
+			a.mu.Unlock()
 			return
 		}
-		if found {
-			send.prevSeq = seq
+		ev := a.queue[0]
+		a.queue[0] = nil
+		a.queue = a.queue[1:]
+		if len(a.queue) == 0 {
+			a.queue = nil // an idle actor keeps no buffer
 		}
-		ev = send
-	}
-	effs := a.s.Step(ev)
-	for i, e := range effs {
-		if o, ok := e.(effOpened); ok && ml.reply != nil {
-			// Answer the hello once its state change is durable and its
-			// session frame (and replay) are queued to the client.
-			a.run(effs[:i])
-			if a.stopped {
-				return
-			}
-			a.run(effs[i+1:])
-			ml.reply <- o // buffered
-			return
+		if a.notFull != nil && len(a.queue) < a.reg.cfg.MailboxSize {
+			close(a.notFull)
+			a.notFull = nil
+		}
+		a.mu.Unlock()
+		a.handle(ev)
+		if a.stopping && a.inflight == 0 {
+			a.finish()
 		}
 	}
-	a.run(effs)
 }
 
-// run carries out effects in order. A failed append stops the actor
-// before anything after it becomes visible.
+func (a *actor) handle(ev Event) {
+	switch e := ev.(type) {
+	case evAppended:
+		a.inflight--
+	case evQuery:
+		e.fn(a)
+		close(e.done)
+		return
+	}
+	a.run(a.s.Step(a.reg.clock.Now(), ev))
+	if d := a.s.Deadline(); d.IsZero() {
+		a.deadline.Store(0)
+	} else {
+		a.deadline.Store(d.UnixNano())
+	}
+}
+
+// run carries out effects in order.
 func (a *actor) run(effs []Effect) {
 	for _, e := range effs {
-		if a.stopped {
-			return
-		}
 		switch e := e.(type) {
 		case effAppend:
-			b := wal.Batch{SessionID: a.sid, Epoch: a.epoch, Entries: e.entries, Sends: e.sends, Meta: e.meta}
-			if err := a.reg.cfg.Journal.Append(context.Background(), b); err != nil {
-				a.fail(fmt.Errorf("append: %w", err))
-				return
-			}
+			a.appendAsync(e)
 		case effDeliver:
 			if e.conn != nil {
 				e.conn.Deliver(e.out)
 			}
 		case effClose:
 			if e.conn != nil {
-				e.conn.Close(e.code, e.reason)
+				e.conn.Close(e.why, e.msg)
 			}
 		case effReplay:
 			a.replay(e)
 		case effHistory:
 			a.history(e)
+		case effLookupSend:
+			a.lookupSend(e.send)
 		case effStep:
 			a.startStep(e.userSeq)
 		case effRunTool:
 			a.runTool(e.call)
 		case effCancelTurn:
 			a.cancelTurn()
-		case effStop:
-			a.stopped = true
 		case effOpened:
-			// Only meaningful with a reply channel (handle).
+			if e.reply != nil {
+				e.reply <- e.res // buffered
+			}
+		case effStatus:
+			a.reg.ended(e.userID)
+		case effFail:
+			a.fail(e.err)
+		case effStop:
+			a.stopping = true
+		default:
+			a.fail(fmt.Errorf("actor: unknown effect %T", e))
 		}
 	}
 }
 
-// fail stops the actor: its in-memory state may be ahead of the log, so it
-// is dropped and rebuilt from the log by the next activation.
-func (a *actor) fail(err error) {
-	a.reg.cfg.Logger.Error("session actor failed", "session", a.sid, "err", err)
-	if c := a.s.conn; c != nil {
-		c.Deliver(&ErrorOut{Code: "internal", Message: "session storage failed; reconnect to resume"})
-		c.Close(CloseInternal, "internal error")
-		a.failed = true
+func (a *actor) appendAsync(e effAppend) {
+	e.batch.Epoch = a.epoch
+	id := e.id
+	err := a.reg.cfg.Journal.AppendAsync(a.reg.ctx, e.batch, func(err error) {
+		a.post(evAppended{id: id, err: err})
+	})
+	if err != nil {
+		// Not queued (shutting down): nothing of it is durable, so
+		// nothing after it may be shown.
+		a.run(a.s.Step(a.reg.clock.Now(), evAppended{id: id, err: err}))
+		return
 	}
-	a.stopped = true
+	a.inflight++
 }
 
+func (a *actor) lookupSend(send evSend) {
+	seq, found, err := a.reg.cfg.Journal.SendSeq(a.sid, send.id)
+	if err != nil {
+		a.reg.log.Warn("look up send id", "session", a.sid, "err", err)
+		found = false // an unreadable record cannot be a duplicate we can prove
+	}
+	a.run(a.s.Step(a.reg.clock.Now(), evSendChecked{send: send, seq: seq, found: found}))
+}
+
+// fail stops the actor: its in-memory state may be ahead of the log, so it
+// is dropped and rebuilt from the log by the next activation. A client
+// still attached is told and closed, and the session is marked
+// interrupted once the actor is gone.
+func (a *actor) fail(err error) {
+	a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
+	if c := a.s.conn; c != nil {
+		c.Deliver(&ErrorOut{Code: CodeInternal, Message: "session storage failed; reconnect to resume"})
+		c.Close(CloseInternal, "internal error")
+		a.s.conn = nil
+		a.reg.interruptLater(a.sid)
+	}
+	a.stopping = true
+}
+
+// finish ends the actor: no more posts, its turn goroutines stopped, its
+// claim released, out of the registry.
 func (a *actor) finish() {
-	close(a.stopping)
+	a.mu.Lock()
+	a.stopped = true
+	a.queue = nil
+	if a.notFull != nil {
+		close(a.notFull)
+		a.notFull = nil
+	}
+	a.mu.Unlock()
 	a.cancelTurn()
 	a.turns.Wait()
-	if err := a.reg.cfg.Journal.Release(context.Background(), a.sid, a.epoch); err != nil {
-		a.reg.cfg.Logger.Warn("release session", "session", a.sid, "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.reg.cfg.Journal.Release(ctx, a.sid, a.epoch); err != nil && !errors.Is(err, context.Canceled) {
+		a.reg.log.Warn("release session", "session", a.sid, "err", err)
 	}
-	if a.failed {
-		// Still in the registry's map, so no other actor can claim it.
-		a.reg.interruptAfterFailure(a.sid)
-	}
-	a.reg.remove(a.sid, a)
+	a.reg.remove(a)
 	close(a.done)
-}
-
-// post is how the actor's own goroutines (engine steps, tools) report.
-func (a *actor) post(ev any) {
-	select {
-	case a.mailbox <- mail{ev: ev}:
-	case <-a.stopping:
-	}
 }
 
 // turnContext makes the context of the one step or tool run in flight;
@@ -200,108 +261,4 @@ func (a *actor) cancelTurn() {
 		a.turnCancel()
 		a.turnCancel = nil
 	}
-}
-
-func (a *actor) startStep(userSeq uint64) {
-	in, err := a.turnInput(userSeq)
-	if err != nil {
-		a.run(a.s.Step(evAction{userSeq: userSeq, err: err, now: a.reg.cfg.Now()}))
-		return
-	}
-	ctx, cancel := a.turnContext()
-	a.turns.Add(1)
-	go func() {
-		defer a.turns.Done()
-		defer cancel()
-		act, err := a.reg.cfg.Engine.Next(ctx, in)
-		if ctx.Err() != nil {
-			return // abandoned; a later activation picks the turn up again
-		}
-		a.post(evAction{userSeq: userSeq, action: act, err: err, now: a.reg.cfg.Now()})
-	}()
-}
-
-func (a *actor) runTool(c wal.ToolCall) {
-	t, ok := a.reg.cfg.Engine.Tool(c.Name)
-	if !ok {
-		a.run(a.s.Step(evToolDone{callID: c.CallID, err: fmt.Errorf("unknown tool %q", c.Name), now: a.reg.cfg.Now()}))
-		return
-	}
-	a.reg.toolRuns.Add(1)
-	ctx, cancel := a.turnContext()
-	a.turns.Add(1)
-	go func() {
-		defer a.turns.Done()
-		defer cancel()
-		progress := func(p string) {
-			a.post(evToolProgress{callID: c.CallID, partial: p, now: a.reg.cfg.Now()})
-		}
-		res, err := t.Run(ctx, c.Args, progress)
-		if ctx.Err() != nil {
-			// Cut short by shutdown or by the turn being abandoned: the
-			// outcome is decided by whoever activates the session next.
-			return
-		}
-		a.post(evToolDone{callID: c.CallID, result: res, err: err, now: a.reg.cfg.Now()})
-	}()
-}
-
-// turnInput rebuilds what the engine sees from the log.
-func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
-	j := a.reg.cfg.Journal
-	user, err := j.ReadAfter(a.sid, userSeq-1, 1)
-	if err != nil {
-		return TurnInput{}, err
-	}
-	if len(user) != 1 || user[0].Seq != userSeq {
-		return TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
-	}
-	m := a.s.Meta()
-	steps := make([]wal.Entry, 0, len(m.Steps))
-	for _, seq := range m.Steps {
-		e, err := j.ReadAfter(a.sid, seq-1, 1)
-		if err != nil {
-			return TurnInput{}, err
-		}
-		if len(e) != 1 {
-			return TurnInput{}, fmt.Errorf("tool entry %d missing from the log", seq)
-		}
-		steps = append(steps, e[0])
-	}
-	hist, err := j.ReadBefore(a.sid, userSeq, HistoryLen)
-	if err != nil {
-		return TurnInput{}, err
-	}
-	return TurnInput{
-		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
-		Context: maps.Clone(m.Context), AgentContext: maps.Clone(m.AgentContext),
-	}, nil
-}
-
-// AsUint reads an unsigned number out of decoded metadata, whatever width
-// msgpack or JSON gave it.
-func AsUint(v any) uint64 {
-	switch n := v.(type) {
-	case uint64:
-		return n
-	case uint32:
-		return uint64(n)
-	case uint16:
-		return uint64(n)
-	case uint8:
-		return uint64(n)
-	case int64:
-		return uint64(max(n, 0))
-	case int32:
-		return uint64(max(n, 0))
-	case int16:
-		return uint64(max(n, 0))
-	case int8:
-		return uint64(max(n, 0))
-	case int:
-		return uint64(max(n, 0))
-	case float64:
-		return uint64(max(n, 0))
-	}
-	return 0
 }

@@ -1,18 +1,34 @@
-// Package actor owns live sessions. Each active session is one goroutine
-// (an actor) with one mailbox; it is the only writer of its session's log
-// and the only place its seq counter lives.
+// Package actor owns live sessions. An active session lives in memory, in
+// its actor: its header and state, its user and agent context, the newest
+// entries of its log (the tail), the send ids it has seen, and what is in
+// flight. The log (the Journal) is written first and read back only to
+// activate a session, to page history older than the tail, and after a
+// crash: a steady-state turn reads nothing from the store.
 //
 // The logic is the pure state machine Session (session.go, turn.go,
-// recover.go): Step(event) returns effects, with no I/O, goroutines or
-// clock, so it is tested with tables. actor.go wraps it in the mailbox loop
-// that carries the effects out: appends through the Journal (durable before
-// anything is shown), deliveries to the attached Conn, engine steps and
-// tool runs in goroutines the actor owns.
+// recover.go): Step(now, event) returns effects, with no I/O, goroutines or
+// clock, so it is tested with tables. Events and effects are sealed types.
+// The machine is where "durable before visible" is enforced: effects that
+// follow an append are held back until the journal reports it durable, so
+// the actor can take the next event while appends are in flight.
 //
-// The Registry activates actors on demand from the log, passivates idle
-// ones, recovers what a previous run left at boot, and answers hellos
-// (Open). Engines (engine.go) are the agents: Echo by default, Demo with a
-// slow search tool and a sensitive payment tool.
+// actor.go runs a machine: a mailbox drained by a goroutine that exists
+// only while there is mail (an idle session costs no goroutine and no
+// timer), carrying out the effects — appends to the Journal, deliveries to
+// the attached Conn, engine steps and tool runs in goroutines the actor
+// owns.
+//
+// The Registry (registry.go, open.go, activate.go) activates actors on
+// demand from the log, passivates idle ones, recovers what a previous run
+// left at boot, runs the deadline ticks, liveness mark and retention
+// sweep on its Clock, and answers hellos: Resume and Create are separate,
+// and the caller chooses a new session's id (in a cluster, so that the
+// create goes to that id's owner). Engines (engine.go) are the agents:
+// Echo by default, Demo with a slow search tool and a sensitive payment
+// tool.
+//
+// The schema of what the actor keeps in the log besides entries (state.go)
+// is this package's: the store keeps it as opaque bytes.
 //
 // The package never touches sockets or HTTP: connections are the Conn
 // interface, which the gateway implements.

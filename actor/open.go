@@ -8,9 +8,9 @@ import (
 	"github.com/tether-dev/tether/wal"
 )
 
-// OpenRequest is a client's hello, after the gateway checked its token.
-type OpenRequest struct {
-	// SessionID to resume; empty for a new session.
+// ResumeRequest is a client's hello naming a session, after the gateway
+// checked its token.
+type ResumeRequest struct {
 	SessionID string
 	// UserID comes from the token, never from the client's fields.
 	UserID  string
@@ -20,14 +20,23 @@ type OpenRequest struct {
 	Conn     Conn
 }
 
+// CreateRequest makes a new session with an id the caller chose (in a
+// cluster, the gateway picks it and sends the create to its owner).
+// Reason is what the client is told: new, or why its resume failed.
+type CreateRequest struct {
+	SessionID string
+	UserID    string
+	Reason    string
+	Conn      Conn
+}
+
 // Handle is a connection's way to its session's actor. Requests are
 // queued to the actor; answers reach the client through its Conn.
 type Handle struct {
 	a         *actor
 	conn      Conn
 	SessionID string
-	// Reason is the hello's outcome: resumed, new, not_found, expired or
-	// completed.
+	// Reason is the hello's outcome: resumed, or why a new session was made.
 	Reason string
 }
 
@@ -35,175 +44,156 @@ type Handle struct {
 // it (passivation racing the hello).
 const attempts = 3
 
-// Open answers a hello: it resumes the named session when the user owns it
-// and it is within its window, and otherwise creates a new session, saying
-// why. The session frame (and on a resume the history_batch) are delivered
-// to req.Conn before Open returns. A sensitive session without a fresh
-// enough login gives ErrReauthRequired and is left as it was.
-func (r *Registry) Open(ctx context.Context, req OpenRequest) (*Handle, error) {
-	reason := ReasonNew
-	if req.SessionID != "" {
-		h, why, err := r.resume(ctx, req)
-		if err != nil || h != nil {
-			return h, err
-		}
-		reason = why
+// Resume attaches req.Conn to the named session when the user owns it and
+// it is within its window; the session frame and the history_batch are
+// delivered to req.Conn before Resume returns. Otherwise it returns a
+// *NotResumedError saying why (not_found for another user's session, as
+// for an unknown id), ErrReauthRequired for a sensitive session without a
+// fresh login, or ErrBadLastSeq; none of these change the session.
+func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, error) {
+	notFound := &NotResumedError{Reason: ReasonNotFound}
+	if wal.CheckID(req.SessionID) != nil {
+		return nil, notFound
 	}
-	for range attempts {
-		a, err := r.create(ctx, req.UserID)
-		if err != nil {
-			return nil, err
-		}
-		res, err := r.attach(ctx, a, evAttach{conn: req.Conn, userID: req.UserID, newReason: reason, now: r.cfg.Now()})
-		if errors.Is(err, ErrGone) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: res.reason}, nil
-	}
-	return nil, ErrGone
-}
-
-// resume returns a handle, or the reason a new session must be made.
-func (r *Registry) resume(ctx context.Context, req OpenRequest) (*Handle, string, error) {
-	if len(req.SessionID) > wal.MaxIDLen {
-		return nil, ReasonNotFound, nil
-	}
-	// A cheap read first: probing other users' or made-up ids must not
-	// activate, claim or otherwise touch anything.
-	m, err := r.cfg.Journal.Meta(req.SessionID)
+	// A cheap read of the header alone first: probing other users' or
+	// made-up ids must not activate, claim or decode anything.
+	h, err := r.cfg.Journal.Header(req.SessionID)
 	switch {
-	case errors.Is(err, wal.ErrNotFound) || errors.Is(err, wal.ErrBadID):
-		return nil, ReasonNotFound, nil
+	case errors.Is(err, wal.ErrNotFound) || errors.Is(err, wal.ErrCorrupt):
+		return nil, notFound
 	case err != nil:
-		return nil, "", err
-	case m.UserID != req.UserID:
-		return nil, ReasonNotFound, nil
+		return nil, err
+	case h.UserID != req.UserID:
+		return nil, notFound
+	case h.Status == wal.StatusCompleted:
+		return nil, &NotResumedError{Reason: ReasonCompleted}
+	case h.Status == wal.StatusExpired:
+		return nil, &NotResumedError{Reason: ReasonExpired}
+	}
+	if err := MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
+		return nil, err
 	}
 	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
-		if errors.Is(err, wal.ErrNotFound) || errors.Is(err, wal.ErrBadID) {
-			return nil, ReasonNotFound, nil
+		if errors.Is(err, wal.ErrNotFound) {
+			return nil, notFound
 		}
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
-		ev.now = r.cfg.Now()
 		res, err := r.attach(ctx, a, ev)
 		switch {
 		case errors.Is(err, ErrGone):
 			continue
 		case err != nil:
-			return nil, "", err
+			return nil, err
 		case res.err != nil:
-			return nil, "", res.err
-		case res.reason != ReasonResumed:
-			return nil, res.reason, nil
+			return nil, res.err
 		}
-		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: ReasonResumed}, "", nil
+		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: ReasonResumed}, nil
 	}
-	return nil, "", ErrGone
+	return nil, ErrGone
 }
 
-func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (effOpened, error) {
-	reply := make(chan effOpened, 1)
-	select {
-	case a.mailbox <- mail{ev: ev, reply: reply}:
-	case <-a.done:
-		return effOpened{}, ErrGone
-	case <-ctx.Done():
-		return effOpened{}, ctx.Err()
+// Create makes a new session and attaches req.Conn to it; the session
+// frame is delivered before Create returns. It fails with wal.ErrExists
+// when the id is taken and ErrTooManySessions when the user has
+// MaxSessionsPerUser live sessions here.
+func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, error) {
+	if err := wal.CheckID(req.SessionID); err != nil {
+		return nil, err
+	}
+	if !r.reserve(req.UserID) {
+		return nil, ErrTooManySessions
+	}
+	now := r.clock.Now()
+	h, err := r.cfg.Journal.Create(ctx, wal.Header{
+		SessionID: req.SessionID, UserID: req.UserID, Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
+	}, nil)
+	if err != nil {
+		r.ended(req.UserID)
+		return nil, err
+	}
+	a := newActor(r, req.SessionID)
+	a.s = newSession(r.sessionConfig(), wal.SessionData{Header: h}, state{}, contexts{}, nil, now)
+	a.epoch = h.Epoch
+	close(a.readyCh)
+	if err := r.register(a); err != nil {
+		_ = r.cfg.Journal.Release(context.Background(), req.SessionID, h.Epoch)
+		r.ended(req.UserID)
+		return nil, err
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = ReasonNew
+	}
+	res, err := r.attach(ctx, a, evAttach{conn: req.Conn, userID: req.UserID, newReason: reason})
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: reason}, nil
+}
+
+// reserve counts a new live session for user, unless the user is at the
+// limit.
+func (r *Registry) reserve(user string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := r.cfg.MaxSessionsPerUser; n > 0 && r.live[user] >= n {
+		return false
+	}
+	r.live[user]++
+	return true
+}
+
+func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (opened, error) {
+	reply := make(chan opened, 1)
+	ev.reply = reply
+	if err := a.postWait(ctx, ev); err != nil {
+		return opened{}, err
 	}
 	select {
 	case res := <-reply:
 		return res, nil
 	case <-a.done:
-		return effOpened{}, ErrGone
+		select {
+		case res := <-reply:
+			return res, nil
+		default:
+			return opened{}, ErrGone
+		}
 	case <-ctx.Done():
 		// The attach may still happen, and nobody would ever detach the
 		// conn: queue the undo right behind it (the mailbox is FIFO).
-		select {
-		case a.mailbox <- mail{ev: evDetach{conn: ev.conn, now: r.cfg.Now()}}:
-		case <-a.stopping:
-		}
-		return effOpened{}, ctx.Err()
-	}
-}
-
-func (h *Handle) post(ctx context.Context, ev any) error {
-	select {
-	case h.a.mailbox <- mail{ev: ev}:
-		return nil
-	case <-h.a.done:
-		return ErrGone
-	case <-ctx.Done():
-		return ctx.Err()
+		a.post(evDetach{conn: ev.conn})
+		return opened{}, ctx.Err()
 	}
 }
 
 // Send queues a client send. metadata may be nil.
 func (h *Handle) Send(ctx context.Context, id, content string, metadata map[string]any) error {
-	return h.post(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata, now: h.a.reg.cfg.Now()})
+	return h.a.postWait(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata})
 }
 
 // History asks for up to limit entries before seq before (0: the end).
 func (h *Handle) History(ctx context.Context, before uint64, limit int) error {
-	return h.post(ctx, evHistory{conn: h.conn, before: before, limit: limit, now: h.a.reg.cfg.Now()})
+	return h.a.postWait(ctx, evHistory{conn: h.conn, before: before, limit: limit})
 }
 
 // SetContext merges set into the user context; a nil value deletes a key.
 func (h *Handle) SetContext(ctx context.Context, set map[string]any) error {
-	return h.post(ctx, evContext{conn: h.conn, set: set, now: h.a.reg.cfg.Now()})
+	return h.a.postWait(ctx, evContext{conn: h.conn, set: set})
 }
 
 // Complete ends the session for good.
 func (h *Handle) Complete(ctx context.Context) error {
-	return h.post(ctx, evComplete{conn: h.conn, now: h.a.reg.cfg.Now()})
+	return h.a.postWait(ctx, evComplete{conn: h.conn})
 }
 
 // Detach tells the actor the connection is gone; the reconnect window
-// starts now. It waits until the actor has it, or has stopped.
-func (h *Handle) Detach() {
-	select {
-	case h.a.mailbox <- mail{ev: evDetach{conn: h.conn, now: h.a.reg.cfg.Now()}}:
-	case <-h.a.stopping:
-	}
-}
-
-// Snapshot is a session as GET /v1/sessions/{id} shows it.
-type Snapshot struct {
-	Meta wal.Meta
-	// Status is Meta.Status, with an interrupted session whose window has
-	// passed shown as expired.
-	Status   wal.Status
-	Messages []wal.Entry
-}
-
-// Snapshot reads a session for its owner. Another user's session gives
-// wal.ErrNotFound, exactly like an unknown id. It reads the log directly:
-// the actor writes every change before showing it, so the log is never
-// behind what any client has seen.
-func (r *Registry) Snapshot(sid, user string) (Snapshot, error) {
-	if len(sid) > wal.MaxIDLen {
-		return Snapshot{}, wal.ErrNotFound
-	}
-	m, err := r.cfg.Journal.Meta(sid)
-	if errors.Is(err, wal.ErrBadID) || (err == nil && m.UserID != user) {
-		return Snapshot{}, wal.ErrNotFound
-	}
-	if err != nil {
-		return Snapshot{}, err
-	}
-	msgs, err := r.cfg.Journal.ReadBefore(sid, m.LastSeq+1, r.cfg.ReplayLimit)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	st := m.Status
-	if st == wal.StatusInterrupted && !r.cfg.Now().Before(m.ExpiresAt) {
-		st = wal.StatusExpired
-	}
-	return Snapshot{Meta: m, Status: st, Messages: msgs}, nil
-}
+// starts now. It never blocks.
+func (h *Handle) Detach() { h.a.post(evDetach{conn: h.conn}) }

@@ -19,32 +19,41 @@ import (
 //     other is extended by the downtime, so a restart never expires a
 //     session that was alive when the server stopped.
 func (s *Session) recoverAt(boot, lastAlive time.Time) []Effect {
-	m := &s.meta
+	s.out = nil
+	h := &s.hdr
 	switch {
-	case m.Status == wal.StatusActive:
+	case h.Status == wal.StatusActive:
 		s.markInterrupted(boot)
-	case m.Status == wal.StatusInterrupted && !lastAlive.Before(m.ExpiresAt):
-		return s.expire(boot)
-	case m.Status == wal.StatusInterrupted:
+	case h.Status == wal.StatusInterrupted && !lastAlive.Before(h.ExpiresAt):
+		s.expire(boot)
+		return s.out
+	case h.Status == wal.StatusInterrupted:
 		if down := boot.Sub(lastAlive); down > 0 {
-			m.ExpiresAt = m.ExpiresAt.Add(down)
+			h.ExpiresAt = h.ExpiresAt.Add(down)
 		}
 	default:
 		return nil
 	}
-	return []Effect{s.appendMeta()}
+	s.appendBatch(nil, nil, false)
+	return s.out
 }
 
 // hasWork reports whether the session owes the agent a turn or a tool run.
 func (s *Session) hasWork() bool {
-	return !s.meta.Status.Terminal() && (s.meta.Pending != nil || len(s.meta.Turns) > 0)
+	return !s.hdr.Status.Terminal() && (s.st.Pending != nil || len(s.st.Turns) > 0)
 }
 
-// recoverAll runs recoverAt over every live session of the store, then
+// live reports whether a session counts against its user's limit.
+func live(h wal.Header, now time.Time) bool {
+	return !h.Status.Terminal() && !(h.Status == wal.StatusInterrupted && !now.Before(h.ExpiresAt))
+}
+
+// recoverAll runs recoverAt over every live session this node owns, then
 // starts an actor for each that has work in flight: a disconnect is not a
-// cancel, and neither is a restart.
+// cancel, and neither is a restart. Copies held for other owners stay
+// passive.
 func (r *Registry) recoverAll(ctx context.Context) error {
-	boot := r.cfg.Now()
+	boot := r.clock.Now()
 	lastAlive, ok, err := r.cfg.Store.LastAlive()
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
@@ -52,13 +61,14 @@ func (r *Registry) recoverAll(ctx context.Context) error {
 	if !ok {
 		lastAlive = boot
 	}
-	var live []string
-	err = r.cfg.Store.ScanMeta(ctx, func(m wal.Meta) error {
-		if !m.Status.Terminal() {
-			live = append(live, m.SessionID)
+	var pending []string
+	err = r.cfg.Store.ScanHeaders(ctx, func(h wal.Header) error {
+		if !h.Status.Terminal() && r.cfg.Owns(h.SessionID) {
+			pending = append(pending, h.SessionID)
+			r.live[h.UserID]++
 		}
 		return nil
-	}, func(err error) { r.cfg.Logger.Error("recover: skipping unreadable session", "err", err) })
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("recover: scan: %w", err)
 	}
@@ -81,61 +91,75 @@ func (r *Registry) recoverAll(ctx context.Context) error {
 			}
 		}()
 	}
-	for _, sid := range live {
+	for _, sid := range pending {
 		work <- sid
 	}
 	close(work)
 	wg.Wait()
-	if len(live) > 0 {
-		r.cfg.Logger.Info("recovered sessions", "count", len(live), "last_alive", lastAlive)
+	if len(pending) > 0 {
+		r.log.Info("recovered sessions", "count", len(pending), "last_alive", lastAlive)
 	}
 	return firstErr
 }
 
 func (r *Registry) recoverOne(ctx context.Context, sid string, boot, lastAlive time.Time) error {
-	m, err := r.cfg.Journal.Claim(ctx, sid)
+	d, err := r.cfg.Journal.Claim(ctx, sid)
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", sid, err)
 	}
-	s := newSession(r.sessionConfig(), m, boot)
+	st, err := decodeState(d.Header.State)
+	if err != nil {
+		r.corrupt(sid, "state", err)
+	}
+	s := newSession(r.sessionConfig(), d, st, contexts{}, nil, boot)
+	s.stateDirty = err != nil
 	for _, e := range s.recoverAt(boot, lastAlive) {
-		if ap, ok := e.(effAppend); ok {
-			b := wal.Batch{SessionID: sid, Epoch: m.Epoch, Entries: ap.entries, Meta: ap.meta}
-			if err := r.cfg.Journal.Append(ctx, b); err != nil {
+		switch e := e.(type) {
+		case effAppend:
+			e.batch.Epoch = d.Header.Epoch
+			if err := appendSync(ctx, r.cfg.Journal, e.batch); err != nil {
 				return fmt.Errorf("recover %s: %w", sid, err)
 			}
+		case effStatus:
+			r.ended(e.userID)
 		}
 	}
-	if !s.hasWork() {
-		return r.cfg.Journal.Release(ctx, sid, m.Epoch)
+	if err := r.cfg.Journal.Release(ctx, sid, d.Header.Epoch); err != nil {
+		return fmt.Errorf("recover %s: %w", sid, err)
 	}
-	a := newActor(r, sid)
-	r.mu.Lock()
-	r.actors[sid] = a
-	r.mu.Unlock()
-	r.launch(a, s.Meta(), nil)
+	if !s.hasWork() {
+		return nil
+	}
+	if _, err := r.get(ctx, sid); err != nil {
+		return fmt.Errorf("recover %s: %w", sid, err)
+	}
 	return nil
 }
 
-// interruptAfterFailure starts the reconnect window of a session whose
-// actor failed while a client was attached: the client was closed with
-// 1011, and its detach reached no actor. It is best effort: if the store
-// still fails, the next boot's recovery does it.
-func (r *Registry) interruptAfterFailure(sid string) {
-	ctx := context.Background()
-	m, err := r.cfg.Journal.Claim(ctx, sid)
+// sweep deletes the sessions whose retention has passed and recounts each
+// user's live sessions (the count drifts: sessions expire in the log
+// without an actor to tell).
+func (r *Registry) sweep(ctx context.Context) error {
+	now := r.clock.Now()
+	n, err := r.cfg.Store.Sweep(ctx, now, r.cfg.Retention)
+	if n > 0 {
+		r.log.Info("retention sweep", "deleted", n)
+	}
 	if err != nil {
-		r.cfg.Logger.Error("interrupt failed session", "session", sid, "err", err)
-		return
+		return err
 	}
-	if m.Status == wal.StatusActive {
-		s := newSession(r.sessionConfig(), m, r.cfg.Now())
-		s.markInterrupted(r.cfg.Now())
-		if err := r.cfg.Journal.Append(ctx, wal.Batch{SessionID: sid, Epoch: m.Epoch, Meta: s.Meta()}); err != nil {
-			r.cfg.Logger.Error("interrupt failed session", "session", sid, "err", err)
+	counts := make(map[string]int)
+	err = r.cfg.Store.ScanHeaders(ctx, func(h wal.Header) error {
+		if live(h, now) && r.cfg.Owns(h.SessionID) {
+			counts[h.UserID]++
 		}
+		return nil
+	}, nil)
+	if err != nil {
+		return err
 	}
-	if err := r.cfg.Journal.Release(ctx, sid, m.Epoch); err != nil {
-		r.cfg.Logger.Warn("release session", "session", sid, "err", err)
-	}
+	r.mu.Lock()
+	r.live = counts
+	r.mu.Unlock()
+	return nil
 }

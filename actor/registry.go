@@ -9,47 +9,76 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tether-dev/tether/wal"
 )
 
-// Config configures a Registry. Only Journal is required.
+// Config configures a Registry. Only Journal is required; every other
+// field has the default its comment gives.
 type Config struct {
 	// Journal is where sessions live. Required.
 	Journal Journal
-	// Store is the local store the boot recovery scans and the liveness
-	// mark is kept in. Default: Journal, if it is one.
+	// Store is the local store the boot recovery scans, the liveness mark
+	// is kept in and the retention sweep runs on. Default: Journal, if it
+	// is one.
 	Store Store
+	// Owns reports whether this node owns a session now: boot recovery
+	// and the count of each user's sessions look only at those. Default:
+	// every session (a single node).
+	Owns func(sid string) bool
 	// Engine answers user messages. Default Echo.
 	Engine Engine
 	// Window is the reconnect window. Default 5m.
 	Window time.Duration
+	// Retention keeps expired and completed sessions this long after their
+	// last activity before the sweep deletes them. Default 1h.
+	Retention time.Duration
+	// SweepInterval is how often the retention sweep runs; negative
+	// disables it. Default: a quarter of the retention, between 100ms and
+	// 1m. The registry runs it, not the store, so that it starts only after
+	// boot recovery: a session alive when the node stopped must have its
+	// window extended before any sweep looks at it.
+	SweepInterval time.Duration
 	// ReplayLimit caps the entries of a resume's history_batch. Default 50.
 	ReplayLimit int
+	// MaxBatchBytes caps the bytes (wal.Entry.Size) of one history_batch,
+	// a resume's or a history page's. Default 1 MiB.
+	MaxBatchBytes int
+	// TailEntries and TailBytes bound the newest entries an active
+	// session keeps in memory. Defaults: max(ReplayLimit, 64) entries and
+	// 256 KiB (the newest entry is always kept).
+	TailEntries, TailBytes int
 	// IdleTimeout passivates an actor with no connection and no turn in
 	// flight for this long; its state stays in the log. Default 2m.
 	IdleTimeout time.Duration
 	// ReauthMaxAge is how old a token's auth_time may be to resume a
 	// sensitive session. Default 5m.
 	ReauthMaxAge time.Duration
+	// MaxTurns caps the user messages waiting for the agent in one
+	// session; a send beyond it is refused (rate_limited). Default 64.
+	MaxTurns int
+	// MaxContextBytes caps a session's user context; a context frame that
+	// would grow it beyond is refused (too_large). Default 64 KiB.
+	MaxContextBytes int
+	// MaxSessionsPerUser caps the live sessions one user has on this node;
+	// a new session beyond it is refused (ErrTooManySessions). Resuming is
+	// never refused. 0 means 100; negative means no limit.
+	MaxSessionsPerUser int
 	// MaxActivations caps how many sessions are loaded from the log at
 	// once, so a reconnect storm cannot stampede the disk. Default 32.
 	MaxActivations int
-	// MailboxSize is each actor's mailbox capacity. Default 16: a full
-	// mailbox only makes the sender wait, and an idle session pays for every
-	// slot.
+	// MailboxSize is how many client requests may wait for a session's
+	// actor before the client's reader waits. Default 16.
 	MailboxSize int
 	// AliveInterval is how often the registry records that the node is
 	// alive; after a crash, the last mark tells which reconnect windows
 	// had already ended. Default 1s.
 	AliveInterval time.Duration
-	// SweepInterval is how often the store's retention sweep runs. The
-	// registry runs it, not the store, so that it starts only after boot
-	// recovery: a session that was alive when the node stopped must have
-	// its window extended before any sweep looks at it. 0 disables it.
-	SweepInterval time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// TickInterval is how often the registry looks for actors whose
+	// deadline (window end, passivation) has come. Default 1s, or a tenth
+	// of the shortest of Window and IdleTimeout if that is less (at least
+	// 5ms).
+	TickInterval time.Duration
+	// Clock is the source of time. Default the wall clock.
+	Clock Clock
 	// NewID makes session ids. Default: 26 base32 characters from
 	// crypto/rand (130 random bits).
 	NewID func() string
@@ -57,23 +86,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is the node-local part of the log that boot recovery needs.
-type Store interface {
-	ScanMeta(ctx context.Context, fn func(wal.Meta) error, onCorrupt func(error)) error
-	LastAlive() (time.Time, bool, error)
-	MarkAlive(ctx context.Context, t time.Time) error
-	// Sweep deletes the sessions whose retention has passed.
-	Sweep(ctx context.Context) (int, error)
-}
-
-var _ Store = (*wal.Log)(nil)
-
 func (c *Config) setDefaults() error {
 	if c.Journal == nil {
 		return errors.New("actor: Config.Journal is required")
 	}
 	if c.Store == nil {
 		c.Store, _ = c.Journal.(Store)
+	}
+	if c.Owns == nil {
+		c.Owns = func(string) bool { return true }
 	}
 	if c.Engine == nil {
 		c.Engine = Echo{}
@@ -84,20 +105,34 @@ func (c *Config) setDefaults() error {
 		}
 	}
 	def(&c.Window, 5*time.Minute)
+	def(&c.Retention, time.Hour)
 	def(&c.IdleTimeout, 2*time.Minute)
 	def(&c.ReauthMaxAge, 5*time.Minute)
 	def(&c.AliveInterval, time.Second)
-	if c.ReplayLimit <= 0 {
-		c.ReplayLimit = 50
+	if c.SweepInterval == 0 {
+		c.SweepInterval = min(max(c.Retention/4, 100*time.Millisecond), time.Minute)
 	}
-	if c.MaxActivations <= 0 {
-		c.MaxActivations = 32
+	if c.TickInterval <= 0 {
+		c.TickInterval = max(min(time.Second, c.Window/10, c.IdleTimeout/10), 5*time.Millisecond)
 	}
-	if c.MailboxSize <= 0 {
-		c.MailboxSize = 16
+	defInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	defInt(&c.ReplayLimit, 50)
+	defInt(&c.MaxBatchBytes, 1<<20)
+	defInt(&c.TailEntries, max(c.ReplayLimit, 64))
+	defInt(&c.TailBytes, 256<<10)
+	defInt(&c.MaxTurns, 64)
+	defInt(&c.MaxContextBytes, 64<<10)
+	if c.MaxSessionsPerUser == 0 {
+		c.MaxSessionsPerUser = 100
+	}
+	defInt(&c.MaxActivations, 32)
+	defInt(&c.MailboxSize, 16)
+	if c.Clock == nil {
+		c.Clock = realClock{}
 	}
 	if c.NewID == nil {
 		c.NewID = rand.Text
@@ -114,33 +149,42 @@ type Stats struct {
 	Activations  uint64 // sessions loaded from the log or created
 	Passivations uint64 // actors stopped (idle, expired, completed)
 	ToolRuns     uint64
+	Corrupt      uint64 // session states or contexts that could not be read
 }
 
 // Registry activates session actors on demand and keeps track of them.
 type Registry struct {
-	cfg    Config
-	ctx    context.Context // cancelled by Close: actors shut down
-	cancel context.CancelFunc
-	sem    chan struct{}
+	cfg   Config
+	clock Clock
+	log   *slog.Logger
+	ctx   context.Context // cancelled by Close: turns stop
+	stop  context.CancelFunc
+	sem   chan struct{}
 
 	mu     sync.Mutex
 	actors map[string]*actor
+	live   map[string]int // live sessions per user, for MaxSessionsPerUser
+	timers map[string]Timer
 	closed bool
 
-	wg                        sync.WaitGroup // actors and the alive loop
+	wg                        sync.WaitGroup // actor goroutines, jobs, helpers
 	activations, passivations atomic.Uint64
-	toolRuns                  atomic.Uint64
+	toolRuns, corrupted       atomic.Uint64
 	closeOnce                 sync.Once
+	closeErr                  error
 }
 
 // New recovers the sessions a previous run left (see recover.go), starts
-// the ones with work in flight, and starts the liveness mark.
+// the ones with work in flight, and starts the periodic jobs.
 func New(cfg Config) (*Registry, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := &Registry{cfg: cfg, sem: make(chan struct{}, cfg.MaxActivations), actors: make(map[string]*actor)}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r := &Registry{
+		cfg: cfg, clock: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxActivations),
+		actors: make(map[string]*actor), live: make(map[string]int), timers: make(map[string]Timer),
+	}
+	r.ctx, r.stop = context.WithCancel(context.Background())
 	if cfg.Store != nil {
 		if err := r.recoverAll(r.ctx); err != nil {
 			r.Close()
@@ -152,29 +196,43 @@ func New(cfg Config) (*Registry, error) {
 			r.Close()
 			return nil, fmt.Errorf("actor: record liveness: %w", err)
 		}
-		r.every(cfg.AliveInterval, "record liveness", r.markAlive)
+		r.every("liveness", cfg.AliveInterval, r.markAlive)
 		if cfg.SweepInterval > 0 {
-			r.every(cfg.SweepInterval, "retention sweep", r.sweep)
+			r.every("retention sweep", cfg.SweepInterval, r.sweep)
 		}
 	}
+	r.every("deadlines", cfg.TickInterval, r.tick)
 	return r, nil
 }
 
-// Close shuts every actor down (their clients get 1012), waits for them,
-// and records the moment as the node's last alive time. Safe to call twice.
+// Close shuts every actor down (their clients are told to reconnect),
+// waits for them, and records the moment as the node's last alive time.
+// Safe to call twice.
 func (r *Registry) Close() error {
-	var err error
 	r.closeOnce.Do(func() {
 		r.mu.Lock()
 		r.closed = true
+		for _, t := range r.timers {
+			t.Stop()
+		}
+		actors := make([]*actor, 0, len(r.actors))
+		for _, a := range r.actors {
+			actors = append(actors, a)
+		}
 		r.mu.Unlock()
-		r.cancel()
+		for _, a := range actors {
+			a.post(evShutdown{})
+		}
+		for _, a := range actors {
+			<-a.done
+		}
+		r.stop()
 		r.wg.Wait()
 		if r.cfg.Store != nil {
-			err = r.cfg.Store.MarkAlive(context.Background(), r.cfg.Now())
+			r.closeErr = r.cfg.Store.MarkAlive(context.Background(), r.clock.Now())
 		}
 	})
-	return err
+	return r.closeErr
 }
 
 // Stats returns the registry's counters.
@@ -182,44 +240,59 @@ func (r *Registry) Stats() Stats {
 	r.mu.Lock()
 	n := len(r.actors)
 	r.mu.Unlock()
-	return Stats{Active: n, Activations: r.activations.Load(), Passivations: r.passivations.Load(), ToolRuns: r.toolRuns.Load()}
+	return Stats{Active: n, Activations: r.activations.Load(), Passivations: r.passivations.Load(), ToolRuns: r.toolRuns.Load(), Corrupt: r.corrupted.Load()}
 }
+
+// NewID returns a fresh session id (Config.NewID).
+func (r *Registry) NewID() string { return r.cfg.NewID() }
 
 func (r *Registry) sessionConfig() sessionConfig {
-	return sessionConfig{Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge, Tool: r.cfg.Engine.Tool}
+	return sessionConfig{
+		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
+		MaxTurns: r.cfg.MaxTurns, MaxContextBytes: r.cfg.MaxContextBytes,
+		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
+	}
 }
 
-// every runs job every interval until Close, in a goroutine of the
-// registry's; what fails is logged under what.
-func (r *Registry) every(interval time.Duration, what string, job func(context.Context) error) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-r.ctx.Done():
-				return
-			case <-t.C:
-				if err := job(r.ctx); err != nil && r.ctx.Err() == nil {
-					r.cfg.Logger.Error(what, "err", err)
-				}
-			}
+// every runs job every interval (on the registry's clock) until Close;
+// what fails is logged under name.
+func (r *Registry) every(name string, interval time.Duration, job func(context.Context) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.timers[name] = r.clock.AfterFunc(interval, func() {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
 		}
-	}()
+		r.wg.Add(1)
+		r.mu.Unlock()
+		defer r.wg.Done()
+		if err := job(r.ctx); err != nil && r.ctx.Err() == nil {
+			r.log.Error(name, "err", err)
+		}
+		r.every(name, interval, job)
+	})
 }
 
 func (r *Registry) markAlive(ctx context.Context) error {
-	return r.cfg.Store.MarkAlive(ctx, r.cfg.Now())
+	return r.cfg.Store.MarkAlive(ctx, r.clock.Now())
 }
 
-func (r *Registry) sweep(ctx context.Context) error {
-	n, err := r.cfg.Store.Sweep(ctx)
-	if n > 0 {
-		r.cfg.Logger.Info("retention sweep", "deleted", n)
+// tick posts evTick to every actor whose deadline has come.
+func (r *Registry) tick(context.Context) error {
+	now := r.clock.Now().UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.actors {
+		if d := a.deadline.Load(); d != 0 && d <= now {
+			a.post(evTick{})
+		}
 	}
-	return err
+	return nil
 }
 
 // get returns the running actor of sid, activating it from the log if
@@ -230,98 +303,61 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 		r.mu.Unlock()
 		return nil, ErrClosed
 	}
-	a, ok := r.actors[sid]
-	if !ok {
-		a = newActor(r, sid)
-		r.actors[sid] = a
-	}
-	r.mu.Unlock()
-	if ok {
+	if a, ok := r.actors[sid]; ok {
+		r.mu.Unlock()
 		select {
-		case <-a.ready:
+		case <-a.ready():
 			return a, a.startErr
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	m, err := r.load(ctx, sid)
-	r.launch(a, m, err)
+	a := newActor(r, sid)
+	r.actors[sid] = a
+	r.mu.Unlock()
+	err := r.activate(ctx, a)
+	if err != nil {
+		a.startErr = err
+		r.remove(a)
+		close(a.done)
+	}
+	close(a.readyCh)
 	return a, err
 }
 
-func (r *Registry) load(ctx context.Context, sid string) (wal.Meta, error) {
-	select {
-	case r.sem <- struct{}{}:
-	case <-ctx.Done():
-		return wal.Meta{}, ctx.Err()
-	}
-	defer func() { <-r.sem }()
-	return r.cfg.Journal.Claim(ctx, sid)
-}
-
-// launch starts a's loop with m, or records why it could not start.
-func (r *Registry) launch(a *actor, m wal.Meta, err error) {
-	if err != nil {
-		a.startErr = err
-		r.remove(a.sid, a)
-		close(a.ready)
-		close(a.done)
-		return
-	}
+func (r *Registry) remove(a *actor) {
 	r.mu.Lock()
-	if r.closed {
-		// Close may already be waiting: no actor may start after it.
-		r.mu.Unlock()
-		_ = r.cfg.Journal.Release(context.Background(), a.sid, m.Epoch)
-		r.launch(a, m, ErrClosed)
-		return
-	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	r.activations.Add(1)
-	close(a.ready)
-	go func() {
-		defer r.wg.Done()
-		a.loop(m)
-	}()
-}
-
-func (r *Registry) remove(sid string, a *actor) {
-	r.mu.Lock()
-	if r.actors[sid] == a {
-		delete(r.actors, sid)
+	defer r.mu.Unlock()
+	if r.actors[a.sid] == a {
+		delete(r.actors, a.sid)
 		if a.startErr == nil {
 			r.passivations.Add(1)
 		}
 	}
-	r.mu.Unlock()
 }
 
-// create makes a new, claimed session for user and starts its actor.
-func (r *Registry) create(ctx context.Context, user string) (*actor, error) {
-	now := r.cfg.Now()
-	for range 3 {
-		sid := r.cfg.NewID()
-		m, err := r.cfg.Journal.Create(ctx, wal.Meta{
-			SessionID: sid, UserID: user, Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
-		})
-		if errors.Is(err, wal.ErrExists) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("create session: %w", err)
-		}
-		a := newActor(r, sid)
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
-			_ = r.cfg.Journal.Release(ctx, sid, m.Epoch)
-			return nil, ErrClosed
-		}
-		r.actors[sid] = a
-		r.mu.Unlock()
-		r.launch(a, m, nil)
-		return a, nil
+// register adds a just-activated actor, unless the registry closed.
+func (r *Registry) register(a *actor) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
 	}
-	return nil, errors.New("create session: could not find a free session id")
+	if cur, ok := r.actors[a.sid]; ok && cur != a {
+		return fmt.Errorf("actor: session %s is already active", a.sid)
+	}
+	r.actors[a.sid] = a
+	r.activations.Add(1)
+	return nil
+}
+
+// ended is told that a session of user ended (completed or expired).
+func (r *Registry) ended(user string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[user] > 1 {
+		r.live[user]--
+	} else {
+		delete(r.live, user)
+	}
 }

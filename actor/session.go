@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"fmt"
 	"maps"
 	"time"
 
@@ -9,198 +10,260 @@ import (
 
 // Session is the pure state machine of one session: Step takes an event
 // and returns the effects to carry out, in order. It does no I/O, starts
-// no goroutine and reads no clock (events carry the time), so it is tested
-// with plain tables. The actor goroutine (actor.go) runs the effects.
+// no goroutine and reads no clock (Step is given the time), so it is
+// tested with plain tables. The actor goroutine (actor.go) runs the
+// effects.
 //
-// The actor is fail-stop: if an effAppend fails, the actor stops without
-// running the rest, and the state is rebuilt from the log next time.
+// Durable before visible lives here: every effect emitted after a
+// non-lazy append is held back until the journal reports that append done
+// (evAppended), and the in-memory tail takes entries only then. So the
+// actor may take the next event while appends are in flight, and no
+// client ever sees what a crash could lose. A failed append is fail-stop:
+// what is held is dropped and the actor stops; the next activation
+// rebuilds the session from the log.
 type Session struct {
-	cfg   sessionConfig
-	meta  wal.Meta
-	conn  Conn // the one attached connection, or nil
-	busy  bool // an engine step or a tool run is in flight
+	cfg  sessionConfig
+	hdr  wal.Header // ahead of the log while appends are in flight
+	st   state
+	ctx  contexts
+	conn Conn // the one attached connection, or nil
+	busy bool // an engine step or a tool run is in flight
+	// touch is the last client activity, for passivation.
 	touch time.Time
+
+	tail  tail
+	sends sendIndex
+	// Appends: ids are consecutive; barrier is the newest non-lazy one,
+	// completed the newest the journal finished.
+	nextID, barrier, completed uint64
+	unstable                   []unstableAppend
+	held                       []heldEffect
+	stateBytes                 []byte
+	stateDirty, contextDirty   bool
+	failed                     bool
+
+	out []Effect // of the Step in progress
+}
+
+type unstableAppend struct {
+	id      uint64
+	entries []wal.Entry
+}
+
+type heldEffect struct {
+	waitFor uint64
+	eff     Effect
 }
 
 type sessionConfig struct {
-	Window       time.Duration
-	IdleTimeout  time.Duration
-	ReauthMaxAge time.Duration
+	Window, IdleTimeout, ReauthMaxAge time.Duration
+	// MaxTurns caps the user messages waiting for the agent.
+	MaxTurns int
+	// MaxContextBytes caps the user context (wal.ValueSize).
+	MaxContextBytes int
+	// TailEntries and TailBytes bound the in-memory tail.
+	TailEntries, TailBytes int
 	// Tool looks up a tool's declaration (idempotent, sensitive).
 	Tool func(name string) (Tool, bool)
 }
 
-func newSession(cfg sessionConfig, m wal.Meta, now time.Time) *Session {
-	return &Session{cfg: cfg, meta: m, touch: now}
+// newSession makes the machine of an activated session from what the log
+// holds: its data and its newest entries (oldest first). olderSends are
+// the send ids of entries older than those (loaded only when there are).
+func newSession(cfg sessionConfig, d wal.SessionData, st state, cx contexts, newest []wal.Entry, now time.Time) *Session {
+	s := &Session{cfg: cfg, hdr: d.Header, st: st, ctx: cx, touch: now, sends: newSendIndex()}
+	s.stateBytes = d.Header.State
+	s.tail = newTail(cfg.TailEntries, cfg.TailBytes, s.evicted)
+	s.tail.add(newest...)
+	for _, e := range s.tail.entries {
+		if id, ok := sendIDOf(e); ok {
+			s.sends.add(id, e.Seq)
+		}
+	}
+	return s
 }
 
-// Events.
-type (
-	evStart  struct{ now time.Time }
-	evAttach struct {
-		conn     Conn
-		userID   string
-		lastSeq  uint64
-		authTime time.Time
-		// newReason is set for a session just created for this hello.
-		newReason string
-		now       time.Time
+// evicted retires the send id of an entry leaving the tail.
+func (s *Session) evicted(e wal.Entry) {
+	if id, ok := sendIDOf(e); ok {
+		s.sends.retire(id)
 	}
-	evDetach struct {
-		conn Conn
-		now  time.Time
-	}
-	evSend struct {
-		conn     Conn
-		id       string
-		content  string
-		metadata map[string]any
-		// prevSeq is the seq this id already became, found in the log by
-		// the actor before Step (0: a new send).
-		prevSeq uint64
-		now     time.Time
-	}
-	evContext struct {
-		conn Conn
-		set  map[string]any
-		now  time.Time
-	}
-	evComplete struct {
-		conn Conn
-		now  time.Time
-	}
-	evHistory struct {
-		conn   Conn
-		before uint64
-		limit  int
-		now    time.Time
-	}
-	evAction struct {
-		userSeq uint64
-		action  Action
-		err     error
-		now     time.Time
-	}
-	evToolDone struct {
-		callID string
-		result string
-		err    error
-		now    time.Time
-	}
-	evToolProgress struct {
-		callID  string
-		partial string
-		now     time.Time
-	}
-	evTick     struct{ now time.Time }
-	evShutdown struct{}
-)
+}
 
-// Effects.
-type (
-	effAppend struct {
-		entries []wal.Entry
-		sends   map[string]uint64
-		meta    wal.Meta
+func sendIDOf(e wal.Entry) (string, bool) {
+	if e.Role != RoleUser {
+		return "", false
 	}
-	effDeliver struct {
-		conn Conn
-		out  Out
-	}
-	effClose struct {
-		conn   Conn
-		code   int
-		reason string
-	}
-	// effReplay sends the resume's history_batch: entries after after.
-	effReplay struct {
-		conn  Conn
-		after uint64
-		last  uint64
-	}
-	effHistory struct {
-		conn   Conn
-		before uint64
-		limit  int
-	}
-	effStep    struct{ userSeq uint64 }
-	effRunTool struct{ call wal.ToolCall }
-	// effCancelTurn abandons the running step or tool.
-	effCancelTurn struct{}
-	// effOpened answers an attach: reason, or err for a refusal that
-	// creates nothing (reauth, bad last_seq).
-	effOpened struct {
-		reason string
-		err    error
-	}
-	effStop struct{}
-)
+	id, ok := e.Metadata["id"].(string)
+	return id, ok
+}
 
-// Effect is one of the eff* types.
-type Effect any
-
-// Step advances the machine by one event.
-func (s *Session) Step(ev any) []Effect {
+// Step advances the machine by one event that happened at now.
+func (s *Session) Step(now time.Time, ev Event) []Effect {
+	s.out = nil
+	if s.failed {
+		return nil
+	}
 	switch ev := ev.(type) {
 	case evStart:
-		return s.start(ev.now)
+		s.start(now)
 	case evAttach:
-		s.touch = ev.now
-		return s.attach(ev)
+		s.touch = now
+		s.attach(ev, now)
 	case evDetach:
-		s.touch = ev.now
-		return s.detach(ev)
+		s.touch = now
+		s.detach(ev, now)
 	case evSend:
-		s.touch = ev.now
-		if ev.conn != s.conn {
-			return nil
+		s.touch = now
+		if ev.conn == s.conn {
+			s.send(ev, now)
 		}
-		return s.send(ev)
+	case evSendChecked:
+		if ev.send.conn == s.conn {
+			s.sendChecked(ev, now)
+		}
 	case evContext:
-		s.touch = ev.now
-		if ev.conn != s.conn {
-			return nil
+		s.touch = now
+		if ev.conn == s.conn {
+			s.setContext(ev, now)
 		}
-		return s.setContext(ev)
 	case evComplete:
-		s.touch = ev.now
-		if ev.conn != s.conn {
-			return nil
+		s.touch = now
+		if ev.conn == s.conn {
+			s.complete(now)
 		}
-		return s.complete(ev.now)
 	case evHistory:
-		s.touch = ev.now
-		if ev.conn != s.conn {
-			return nil
+		s.touch = now
+		if ev.conn == s.conn {
+			s.emit(effHistory{conn: ev.conn, before: ev.before, limit: ev.limit})
 		}
-		return []Effect{effHistory{conn: ev.conn, before: ev.before, limit: ev.limit}}
 	case evAction:
-		return s.action(ev)
+		s.action(ev, now)
 	case evToolDone:
-		return s.toolDone(ev)
+		s.toolDone(ev, now)
 	case evToolProgress:
-		return s.toolProgress(ev)
+		s.toolProgress(ev, now)
+	case evAppended:
+		s.appended(ev)
 	case evTick:
-		return s.tick(ev.now)
+		s.tick(now)
 	case evShutdown:
-		var effs []Effect
+		s.now(effCancelTurn{})
 		if s.conn != nil {
-			effs = append(effs, effClose{conn: s.conn, code: CloseRestarting, reason: "node shutting down"})
+			s.emit(effClose{conn: s.conn, why: CloseShutdown, msg: "node shutting down"})
 			s.conn = nil
 		}
-		return append(effs, effCancelTurn{}, effStop{})
+		s.emit(effStop{})
+	default:
+		s.fail(fmt.Errorf("actor: unknown event %T", ev))
 	}
-	return nil
+	return s.out
+}
+
+// emit queues an effect behind the newest non-lazy append in flight.
+func (s *Session) emit(e Effect) {
+	if s.barrier > s.completed {
+		s.held = append(s.held, heldEffect{waitFor: s.barrier, eff: e})
+		return
+	}
+	s.out = append(s.out, e)
+}
+
+// now queues an effect that does not depend on durability.
+func (s *Session) now(e Effect) { s.out = append(s.out, e) }
+
+// deliver emits the delivery of out to the attached connection, if any.
+func (s *Session) deliver(out Out) {
+	if s.conn != nil {
+		s.emit(effDeliver{conn: s.conn, out: out})
+	}
+}
+
+func (s *Session) fail(err error) {
+	s.failed = true
+	s.held = nil
+	s.now(effFail{err: err})
+}
+
+// appendBatch emits an append of entries (and sends) with the header and
+// state as they are now, and the context if it changed.
+func (s *Session) appendBatch(entries []wal.Entry, sends []wal.Send, lazy bool) {
+	if s.stateDirty {
+		b, err := encodeState(s.st)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.stateBytes, s.stateDirty = b, false
+	}
+	s.hdr.State = s.stateBytes
+	b := wal.Batch{SessionID: s.hdr.SessionID, Epoch: s.hdr.Epoch, Entries: entries, Sends: sends, Header: s.hdr}
+	if s.contextDirty {
+		c, err := encodeContexts(s.ctx)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		b.Context, s.contextDirty = c, false
+	}
+	s.nextID++
+	id := s.nextID
+	s.now(effAppend{id: id, batch: b, lazy: lazy})
+	if len(entries) > 0 {
+		s.unstable = append(s.unstable, unstableAppend{id: id, entries: entries})
+	}
+	if !lazy {
+		s.barrier = id
+	}
+}
+
+// appended takes the journal's answer for append ev.id: the entries are
+// durable, enter the tail, and what waited for them is released.
+func (s *Session) appended(ev evAppended) {
+	if ev.err != nil {
+		s.fail(fmt.Errorf("append: %w", ev.err))
+		return
+	}
+	s.completed = max(s.completed, ev.id)
+	n := 0
+	for _, u := range s.unstable {
+		if u.id > s.completed {
+			break
+		}
+		s.tail.add(u.entries...)
+		n++
+	}
+	s.unstable = s.unstable[n:]
+	if len(s.unstable) == 0 {
+		s.unstable = nil
+	}
+	n = 0
+	for _, h := range s.held {
+		if h.waitFor > s.completed {
+			break
+		}
+		s.out = append(s.out, h.eff)
+		n++
+	}
+	s.held = s.held[n:]
+	if len(s.held) == 0 {
+		s.held = nil
+	}
+}
+
+// idle reports whether nothing is in flight: no turn, no append.
+func (s *Session) idle() bool {
+	return !s.busy && s.completed == s.nextID
 }
 
 // Deadline is when the actor next needs an evTick: the end of the
 // reconnect window, or the moment it may passivate. Zero means never.
 func (s *Session) Deadline() time.Time {
 	var d time.Time
-	if s.meta.Status == wal.StatusInterrupted && !s.meta.ExpiresAt.IsZero() {
-		d = s.meta.ExpiresAt
+	if s.hdr.Status == wal.StatusInterrupted && !s.hdr.ExpiresAt.IsZero() {
+		d = s.hdr.ExpiresAt
 	}
-	if s.conn == nil && !s.busy && s.cfg.IdleTimeout > 0 {
+	if s.conn == nil && s.idle() && s.cfg.IdleTimeout > 0 {
 		if idle := s.touch.Add(s.cfg.IdleTimeout); d.IsZero() || idle.Before(d) {
 			d = idle
 		}
@@ -208,139 +271,168 @@ func (s *Session) Deadline() time.Time {
 	return d
 }
 
-// Meta returns a copy of the session's metadata as the machine has it.
-func (s *Session) Meta() wal.Meta { return s.meta }
+// Header returns the session's header as the machine has it.
+func (s *Session) Header() wal.Header { return s.hdr }
 
-func (s *Session) attach(ev evAttach) []Effect {
-	m := &s.meta
+// durableSeq is the newest seq known durable.
+func (s *Session) durableSeq() uint64 {
+	if len(s.unstable) > 0 {
+		return s.unstable[0].entries[0].Seq - 1
+	}
+	return s.hdr.LastSeq
+}
+
+func (s *Session) attach(ev evAttach, now time.Time) {
+	h := &s.hdr
 	if ev.newReason == "" {
+		refuse := func(res opened) { s.now(effOpened{reply: ev.reply, res: res}) }
 		switch {
-		case m.UserID != ev.userID:
-			// Identical to an unknown id, and nothing about the session
-			// changes.
-			return []Effect{effOpened{reason: ReasonNotFound}}
-		case m.Status == wal.StatusCompleted:
-			return []Effect{effOpened{reason: ReasonCompleted}}
-		case m.Status == wal.StatusExpired:
-			return []Effect{effOpened{reason: ReasonExpired}}
-		case m.Status == wal.StatusInterrupted && !ev.now.Before(m.ExpiresAt):
-			return append(s.expire(ev.now), effOpened{reason: ReasonExpired}, effStop{})
-		case m.Sensitive && (ev.authTime.IsZero() || ev.now.Sub(ev.authTime) > s.cfg.ReauthMaxAge):
-			return []Effect{effOpened{err: ErrReauthRequired}}
-		case ev.lastSeq > m.LastSeq:
-			return []Effect{effOpened{err: ErrBadLastSeq}}
+		case h.UserID != ev.userID:
+			// Identical to an unknown id; nothing about the session changes.
+			refuse(opened{err: &NotResumedError{Reason: ReasonNotFound}})
+			return
+		case h.Status == wal.StatusCompleted:
+			refuse(opened{err: &NotResumedError{Reason: ReasonCompleted}})
+			return
+		case h.Status == wal.StatusExpired:
+			refuse(opened{err: &NotResumedError{Reason: ReasonExpired}})
+			return
+		case h.Status == wal.StatusInterrupted && !now.Before(h.ExpiresAt):
+			s.expire(now)
+			refuse(opened{err: &NotResumedError{Reason: ReasonExpired}})
+			s.emit(effStop{})
+			return
+		}
+		if err := MayReveal(*h, ev.authTime, now, s.cfg.ReauthMaxAge); err != nil {
+			refuse(opened{err: err})
+			return
+		}
+		if ev.lastSeq > h.LastSeq {
+			refuse(opened{err: ErrBadLastSeq})
+			return
 		}
 	}
-	var effs []Effect
 	if old := s.conn; old != nil && old != ev.conn {
-		effs = append(effs, effClose{conn: old, code: CloseSuperseded, reason: "superseded by a newer connection"})
+		s.emit(effClose{conn: old, why: CloseSuperseded, msg: "superseded by a newer connection"})
 	}
 	s.conn = ev.conn
-	m.Status = wal.StatusActive
-	m.InterruptedAt, m.ExpiresAt = time.Time{}, time.Time{}
-	m.LastActiveAt = ev.now
 	reason := ev.newReason
 	if reason == "" {
 		reason = ReasonResumed
+		// Nothing the client is shown depends on this being durable: a
+		// crash leaves the session interrupted, which resumes the same.
+		h.Status, h.InterruptedAt, h.ExpiresAt, h.LastActiveAt = wal.StatusActive, time.Time{}, time.Time{}, now
+		s.appendBatch(nil, nil, true)
 	}
-	effs = append(effs, s.appendMeta(), effOpened{reason: reason}, effDeliver{conn: ev.conn, out: s.sessionOut(reason)})
-	if ev.newReason == "" {
-		effs = append(effs, effReplay{conn: ev.conn, after: ev.lastSeq, last: m.LastSeq})
+	s.deliver(s.sessionOut(reason))
+	if reason == ReasonResumed {
+		s.emit(effReplay{conn: ev.conn, after: ev.lastSeq, last: h.LastSeq})
 	}
-	return effs
+	s.emit(effOpened{reply: ev.reply, res: opened{reason: reason}})
 }
 
 func (s *Session) sessionOut(reason string) *SessionOut {
 	out := &SessionOut{
-		SessionID: s.meta.SessionID,
+		SessionID: s.hdr.SessionID,
 		Resumed:   reason == ReasonResumed,
 		Reason:    reason,
-		Status:    s.meta.Status,
-		LastSeq:   s.meta.LastSeq,
+		Status:    s.hdr.Status,
+		LastSeq:   s.hdr.LastSeq,
 		Window:    s.cfg.Window,
-		Context:   maps.Clone(s.meta.Context),
-		Sensitive: s.meta.Sensitive,
+		Context:   maps.Clone(s.ctx.User),
+		Sensitive: s.hdr.Sensitive,
 	}
-	if p := s.meta.Pending; p != nil {
+	if p := s.st.Pending; p != nil {
 		cp := *p
 		out.Pending = &cp
 	}
 	return out
 }
 
-func (s *Session) detach(ev evDetach) []Effect {
+func (s *Session) detach(ev evDetach, now time.Time) {
 	if ev.conn == nil || ev.conn != s.conn {
-		return nil // a superseded connection going away changes nothing
+		return // a superseded connection going away changes nothing
 	}
 	s.conn = nil
-	if s.meta.Status != wal.StatusActive {
-		return nil
+	if s.hdr.Status != wal.StatusActive {
+		return
 	}
-	s.markInterrupted(ev.now)
-	return []Effect{s.appendMeta()}
+	s.markInterrupted(now)
+	s.appendBatch(nil, nil, true)
 }
 
 // markInterrupted starts the reconnect window now: it counts from the
 // moment the server learned of the disconnect.
 func (s *Session) markInterrupted(now time.Time) {
-	s.meta.Status = wal.StatusInterrupted
-	s.meta.InterruptedAt = now
-	s.meta.ExpiresAt = now.Add(s.cfg.Window)
-	s.meta.LastActiveAt = now
+	s.hdr.Status = wal.StatusInterrupted
+	s.hdr.InterruptedAt = now
+	s.hdr.ExpiresAt = now.Add(s.cfg.Window)
+	s.hdr.LastActiveAt = now
 }
 
-func (s *Session) setContext(ev evContext) []Effect {
-	m := &s.meta
-	if m.Context == nil {
-		m.Context = make(map[string]any, len(ev.set))
+func (s *Session) setContext(ev evContext, now time.Time) {
+	merged := maps.Clone(s.ctx.User)
+	if merged == nil {
+		merged = make(map[string]any, len(ev.set))
 	}
 	for k, v := range ev.set {
 		if v == nil {
-			delete(m.Context, k)
+			delete(merged, k)
 		} else {
-			m.Context[k] = v
+			merged[k] = v
 		}
 	}
+	sensitive := s.hdr.Sensitive
 	if v, ok := ev.set["sensitive"].(bool); ok && v {
-		m.Sensitive = true
+		sensitive = true
 	}
-	if m.Sensitive {
-		m.Context["sensitive"] = true // nothing clears the mark
+	if sensitive {
+		merged["sensitive"] = true // nothing clears the mark
 	}
-	m.LastActiveAt = ev.now
-	return []Effect{s.appendMeta(), effDeliver{conn: s.conn, out: &ContextOut{Context: maps.Clone(m.Context)}}}
+	if n := wal.ValueSize(merged); n > s.cfg.MaxContextBytes {
+		s.deliver(&ErrorOut{Code: CodeTooLarge, Message: fmt.Sprintf(
+			"the context would be %d bytes, the limit is %d; nothing was changed", n, s.cfg.MaxContextBytes)})
+		return
+	}
+	s.ctx.User, s.hdr.Sensitive, s.contextDirty = merged, sensitive, true
+	s.hdr.LastActiveAt = now
+	s.appendBatch(nil, nil, false)
+	s.deliver(&ContextOut{Context: maps.Clone(merged)})
 }
 
-func (s *Session) complete(now time.Time) []Effect {
+func (s *Session) complete(now time.Time) {
+	s.now(effCancelTurn{})
 	entries := s.abandonTurn("cancelled: session completed", now)
-	s.meta.Status = wal.StatusCompleted
-	s.meta.LastActiveAt = now
-	conn := s.conn
-	effs := s.deliver([]Effect{effCancelTurn{}, effAppend{entries: entries, meta: s.meta}}, entries...)
+	s.hdr.Status = wal.StatusCompleted
+	s.hdr.LastActiveAt = now
+	s.appendBatch(entries, nil, false)
+	for _, e := range entries {
+		s.deliver(&EntryOut{Entry: e})
+	}
+	s.deliver(&CompletedOut{SessionID: s.hdr.SessionID})
+	s.emit(effClose{conn: s.conn, why: CloseCompleted, msg: "session completed"})
 	s.conn = nil
-	return append(effs,
-		effDeliver{conn: conn, out: &CompletedOut{SessionID: s.meta.SessionID}},
-		effClose{conn: conn, code: CloseNormal, reason: "session completed"},
-		effStop{},
-	)
+	s.emit(effStatus{userID: s.hdr.UserID, status: wal.StatusCompleted})
+	s.emit(effStop{})
 }
 
 // expire ends an interrupted session whose window has passed.
-func (s *Session) expire(now time.Time) []Effect {
+func (s *Session) expire(now time.Time) {
+	s.now(effCancelTurn{})
 	entries := s.abandonTurn("cancelled: session expired", now)
-	s.meta.Status = wal.StatusExpired
-	return []Effect{effCancelTurn{}, effAppend{entries: entries, meta: s.meta}}
+	s.hdr.Status = wal.StatusExpired
+	s.appendBatch(entries, nil, false)
+	s.emit(effStatus{userID: s.hdr.UserID, status: wal.StatusExpired})
 }
 
-func (s *Session) tick(now time.Time) []Effect {
-	m := &s.meta
-	if m.Status == wal.StatusInterrupted && !now.Before(m.ExpiresAt) {
-		return append(s.expire(now), effStop{})
+func (s *Session) tick(now time.Time) {
+	h := &s.hdr
+	if h.Status == wal.StatusInterrupted && !now.Before(h.ExpiresAt) {
+		s.expire(now)
+		s.emit(effStop{})
+		return
 	}
-	if s.conn == nil && !s.busy && s.cfg.IdleTimeout > 0 && !now.Before(s.touch.Add(s.cfg.IdleTimeout)) {
-		return []Effect{effStop{}}
+	if s.conn == nil && s.idle() && len(s.held) == 0 && s.cfg.IdleTimeout > 0 && !now.Before(s.touch.Add(s.cfg.IdleTimeout)) {
+		s.now(effStop{}) // passivate: everything is in the log
 	}
-	return nil
 }
-
-func (s *Session) appendMeta() effAppend { return effAppend{meta: s.meta} }

@@ -27,6 +27,11 @@ const (
 // again: once. A call that a second crash cuts short is logged as failed.
 const maxReruns = 1
 
+// maxSteps bounds the tool calls of one turn, so an engine that keeps
+// calling tools cannot grow a turn (and the state that lists its steps)
+// without end.
+const maxSteps = 16
+
 // interrupted is the result logged for a non-idempotent call that a crash
 // cut short.
 const interrupted = "interrupted"
@@ -36,12 +41,12 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // next makes the session's next entry; the seq is taken here and nowhere
 // else.
 func (s *Session) next(role, content string, md map[string]any, now time.Time) wal.Entry {
-	s.meta.LastSeq++
-	s.meta.LastActiveAt = now
-	return wal.Entry{Seq: s.meta.LastSeq, Role: role, Content: content, Time: unixSeconds(now), Metadata: md}
+	s.hdr.LastSeq++
+	s.hdr.LastActiveAt = now
+	return wal.Entry{Seq: s.hdr.LastSeq, Role: role, Content: content, Time: unixSeconds(now), Metadata: md}
 }
 
-func (s *Session) toolEntry(c wal.ToolCall, status, result string, now time.Time) wal.Entry {
+func (s *Session) toolEntry(c ToolCall, status, result string, now time.Time) wal.Entry {
 	md := map[string]any{"call_id": c.CallID, "name": c.Name, "status": status, "reply_to": c.ReplyTo}
 	if status == ToolStarted {
 		md["args"] = c.Args
@@ -51,134 +56,163 @@ func (s *Session) toolEntry(c wal.ToolCall, status, result string, now time.Time
 	return s.next(RoleTool, result, md, now)
 }
 
-// deliver appends effDeliver of every entry to the attached connection.
-func (s *Session) deliver(effs []Effect, entries ...wal.Entry) []Effect {
-	if s.conn == nil {
-		return effs
-	}
+// log appends entries and emits their delivery once durable.
+func (s *Session) log(entries ...wal.Entry) {
+	s.appendBatch(entries, nil, false)
 	for _, e := range entries {
-		effs = append(effs, effDeliver{conn: s.conn, out: &EntryOut{Entry: e}})
+		s.deliver(&EntryOut{Entry: e})
 	}
-	return effs
 }
 
 // start resumes whatever a crash or a passivation left half done: a tool
 // call that was started but has no result, or turns still owed.
-func (s *Session) start(now time.Time) []Effect {
-	m := &s.meta
-	if m.Status.Terminal() {
-		return nil
+func (s *Session) start(now time.Time) {
+	if s.hdr.Status.Terminal() {
+		return
 	}
-	if p := m.Pending; p != nil {
+	if p := s.st.Pending; p != nil {
 		if t, ok := s.cfg.Tool(p.Name); ok && t.Idempotent && p.Attempts < maxReruns {
 			// Run it once more; the attempt is durable before the run so
 			// that a second crash does not make a third.
 			p.Attempts++
-			s.busy = true
-			return []Effect{s.appendMeta(), effRunTool{call: *p}}
+			s.stateDirty, s.busy = true, true
+			s.appendBatch(nil, nil, false)
+			s.emit(effRunTool{call: *p})
+			return
 		}
 		e := s.toolEntry(*p, ToolFailed, interrupted, now)
-		m.Pending = nil
-		m.Steps = append(m.Steps, e.Seq)
-		s.busy = true
-		return []Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}, effStep{userSeq: p.ReplyTo}}
+		s.st.Pending = nil
+		s.st.Steps = append(s.st.Steps, e.Seq)
+		s.stateDirty, s.busy = true, true
+		s.log(e)
+		s.emit(effStep{userSeq: p.ReplyTo})
+		return
 	}
-	if len(m.Turns) > 0 {
+	if len(s.st.Turns) > 0 {
 		s.busy = true
-		return []Effect{effStep{userSeq: m.Turns[0]}}
+		s.emit(effStep{userSeq: s.st.Turns[0]})
 	}
-	return nil
 }
 
-func (s *Session) send(ev evSend) []Effect {
-	if ev.prevSeq != 0 {
-		return []Effect{effDeliver{conn: s.conn, out: &AckOut{ID: ev.id, Seq: ev.prevSeq}}}
+func (s *Session) send(ev evSend, now time.Time) {
+	if seq, ok := s.sends.seen(ev.id); ok {
+		s.deliver(&AckOut{ID: ev.id, Seq: seq})
+		return
+	}
+	if s.sends.mayBeOlder(ev.id) {
+		s.now(effLookupSend{send: ev})
+		return
+	}
+	s.newSend(ev, now)
+}
+
+func (s *Session) sendChecked(ev evSendChecked, now time.Time) {
+	if ev.found {
+		s.deliver(&AckOut{ID: ev.send.id, Seq: ev.seq})
+		return
+	}
+	s.newSend(ev.send, now)
+}
+
+func (s *Session) newSend(ev evSend, now time.Time) {
+	if len(s.st.Turns) >= s.cfg.MaxTurns {
+		s.deliver(&ErrorOut{Code: CodeRateLimited, ID: ev.id, Message: fmt.Sprintf(
+			"the agent is busy: %d messages are waiting for an answer; send again later", len(s.st.Turns))})
+		return
 	}
 	md := maps.Clone(ev.metadata)
 	if md == nil {
 		md = make(map[string]any, 1)
 	}
 	md["id"] = ev.id
-	e := s.next(RoleUser, ev.content, md, ev.now)
-	s.meta.Turns = append(s.meta.Turns, e.Seq)
-	effs := []Effect{
-		effAppend{entries: []wal.Entry{e}, sends: map[string]uint64{ev.id: e.Seq}, meta: s.meta},
-		effDeliver{conn: s.conn, out: &AckOut{ID: ev.id, Seq: e.Seq}},
-		effDeliver{conn: s.conn, out: &EntryOut{Entry: e}},
-	}
+	e := s.next(RoleUser, ev.content, md, now)
+	s.sends.add(ev.id, e.Seq)
+	s.st.Turns = append(s.st.Turns, e.Seq)
+	s.stateDirty = true
+	s.appendBatch([]wal.Entry{e}, []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
+	s.deliver(&AckOut{ID: ev.id, Seq: e.Seq})
+	s.deliver(&EntryOut{Entry: e})
 	if !s.busy {
 		s.busy = true
-		effs = append(effs, effStep{userSeq: s.meta.Turns[0]})
+		s.emit(effStep{userSeq: s.st.Turns[0]})
 	}
-	return effs
 }
 
 // action logs what the engine decided: a reply ends the turn (and starts
 // the next one owed), a tool call is logged as started before it runs.
-func (s *Session) action(ev evAction) []Effect {
-	m := &s.meta
-	if !s.busy || len(m.Turns) == 0 || m.Turns[0] != ev.userSeq || m.Pending != nil {
-		return nil // a stale answer from a turn that was abandoned
+func (s *Session) action(ev evAction, now time.Time) {
+	st := &s.st
+	if !s.busy || len(st.Turns) == 0 || st.Turns[0] != ev.userSeq || st.Pending != nil {
+		return // a stale answer from a turn that was abandoned
 	}
 	if ev.action.AgentContext != nil {
-		if m.AgentContext == nil {
-			m.AgentContext = make(map[string]any)
+		if s.ctx.Agent == nil {
+			s.ctx.Agent = make(map[string]any)
 		}
-		maps.Copy(m.AgentContext, ev.action.AgentContext)
+		maps.Copy(s.ctx.Agent, ev.action.AgentContext)
+		s.contextDirty = true
 	}
-	if call := ev.action.Call; call != nil && ev.err == nil {
-		c := wal.ToolCall{
-			CallID: fmt.Sprintf("call-%d", m.LastSeq+1), Name: call.Name, Args: call.Args,
+	if call := ev.action.Call; call != nil && ev.err == nil && len(st.Steps) < maxSteps {
+		c := ToolCall{
+			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
 			Status: ToolStarted, ReplyTo: ev.userSeq,
 		}
-		e := s.toolEntry(c, ToolStarted, "", ev.now)
+		e := s.toolEntry(c, ToolStarted, "", now)
 		c.StartedSeq = e.Seq
-		m.Pending = &c
+		st.Pending = &c
 		if t, ok := s.cfg.Tool(c.Name); ok && t.Sensitive {
-			m.Sensitive = true
+			s.hdr.Sensitive = true
 		}
-		effs := []Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}}
-		return append(s.deliver(effs, e), effRunTool{call: c})
+		s.stateDirty = true
+		s.log(e)
+		s.emit(effRunTool{call: c})
+		return
 	}
 	var e wal.Entry
-	if ev.err != nil {
-		e = s.next(RoleSystem, "agent error: "+ev.err.Error(), map[string]any{"reply_to": ev.userSeq}, ev.now)
-	} else {
-		e = s.next(RoleAgent, ev.action.Reply, map[string]any{"reply_to": ev.userSeq}, ev.now)
+	md := map[string]any{"reply_to": ev.userSeq}
+	switch {
+	case ev.err != nil:
+		e = s.next(RoleSystem, "agent error: "+ev.err.Error(), md, now)
+	case ev.action.Call != nil:
+		e = s.next(RoleSystem, fmt.Sprintf("agent error: more than %d tool calls in one turn", maxSteps), md, now)
+	default:
+		e = s.next(RoleAgent, ev.action.Reply, md, now)
 	}
-	m.Turns, m.Steps = m.Turns[1:], nil
-	s.busy = len(m.Turns) > 0
-	effs := s.deliver([]Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}}, e)
+	st.Turns, st.Steps = st.Turns[1:], nil
+	s.stateDirty = true
+	s.busy = len(st.Turns) > 0
+	s.log(e)
 	if s.busy {
-		effs = append(effs, effStep{userSeq: m.Turns[0]})
+		s.emit(effStep{userSeq: st.Turns[0]})
 	}
-	return effs
 }
 
-func (s *Session) toolDone(ev evToolDone) []Effect {
-	m := &s.meta
-	p := m.Pending
+func (s *Session) toolDone(ev evToolDone, now time.Time) {
+	p := s.st.Pending
 	if p == nil || p.CallID != ev.callID {
-		return nil
+		return
 	}
 	status, result := ToolCompleted, ev.result
 	if ev.err != nil {
 		status, result = ToolFailed, ev.err.Error()
 	}
-	e := s.toolEntry(*p, status, result, ev.now)
-	m.Pending = nil
-	m.Steps = append(m.Steps, e.Seq)
-	effs := s.deliver([]Effect{effAppend{entries: []wal.Entry{e}, meta: s.meta}}, e)
-	return append(effs, effStep{userSeq: p.ReplyTo})
+	e := s.toolEntry(*p, status, result, now)
+	s.st.Pending = nil
+	s.st.Steps = append(s.st.Steps, e.Seq)
+	s.stateDirty = true
+	s.log(e)
+	s.emit(effStep{userSeq: p.ReplyTo})
 }
 
-func (s *Session) toolProgress(ev evToolProgress) []Effect {
-	p := s.meta.Pending
+func (s *Session) toolProgress(ev evToolProgress, now time.Time) {
+	p := s.st.Pending
 	if p == nil || p.CallID != ev.callID {
-		return nil
+		return
 	}
 	p.Partial = ev.partial
-	return []Effect{s.appendMeta()}
+	s.hdr.LastActiveAt = now
+	s.stateDirty = true
+	s.appendBatch(nil, nil, false)
 }
 
 // abandonTurn drops the running turn for good (complete, expiry): a
@@ -186,11 +220,12 @@ func (s *Session) toolProgress(ev evToolProgress) []Effect {
 // without an outcome.
 func (s *Session) abandonTurn(why string, now time.Time) []wal.Entry {
 	var entries []wal.Entry
-	if p := s.meta.Pending; p != nil {
+	if p := s.st.Pending; p != nil {
 		entries = append(entries, s.toolEntry(*p, ToolFailed, why, now))
-		s.meta.Pending = nil
+		s.st.Pending = nil
 	}
-	s.meta.Turns, s.meta.Steps = nil, nil
+	s.st.Turns, s.st.Steps = nil, nil
+	s.stateDirty = true
 	s.busy = false
 	return entries
 }

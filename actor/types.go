@@ -9,37 +9,70 @@ import (
 )
 
 // Journal is the durable log an actor writes through. It is defined here,
-// by its user: *wal.Log supplies it on one node, and the cluster will supply
+// by its user: *wal.Log supplies it on one node, and the cluster supplies
 // a replicated one with the same contract:
 //
 //   - Create stores a new session claimed with epoch 1; Claim bumps the
-//     owner epoch and makes the caller the only writer; Release gives it up.
-//   - Append returns nil only once the batch is durable, and refuses a
-//     stale epoch (wal.ErrStaleEpoch) or a seq that does not follow.
-//   - Reads return entries oldest first and report corruption as errors.
+//     owner epoch and makes the caller the only writer (a clustered
+//     journal first brings its copy up to date); Release gives it up.
+//   - AppendAsync queues a batch and calls done exactly once, with nil
+//     only when the batch is durable (on a cluster: on every replica too).
+//     A session's batches complete in order, and after one fails every
+//     later one of that claim fails (fail-stop). done must not block.
+//   - Reads are of what is durable. Read bounds come from the header the
+//     caller holds; an unreadable entry is returned as a stand-in.
 type Journal interface {
-	Create(ctx context.Context, m wal.Meta) (wal.Meta, error)
-	Claim(ctx context.Context, sid string) (wal.Meta, error)
+	Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error)
+	Claim(ctx context.Context, sid string) (wal.SessionData, error)
 	Release(ctx context.Context, sid string, epoch uint64) error
-	Append(ctx context.Context, b wal.Batch) error
-	Meta(sid string) (wal.Meta, error)
+	AppendAsync(ctx context.Context, b wal.Batch, done func(error)) error
+	Header(sid string) (wal.Header, error)
+	Load(sid string) (wal.SessionData, error)
+	Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal.Entry, error)
 	SendSeq(sid, id string) (uint64, bool, error)
-	ReadAfter(sid string, after uint64, limit int) ([]wal.Entry, error)
-	ReadBefore(sid string, before uint64, limit int) ([]wal.Entry, error)
+	ScanSends(sid string, fn func(id string, seq uint64)) error
 }
 
 var _ Journal = (*wal.Log)(nil)
 
+// Store is the node-local part of the log that boot recovery, the
+// liveness mark and the retention sweep need.
+type Store interface {
+	ScanHeaders(ctx context.Context, fn func(wal.Header) error, onCorrupt func(*wal.CorruptError)) error
+	LastAlive() (time.Time, bool, error)
+	MarkAlive(ctx context.Context, t time.Time) error
+	Sweep(ctx context.Context, now time.Time, retention time.Duration) (int, error)
+}
+
+var _ Store = (*wal.Log)(nil)
+
 // Conn is a client connection as the actor sees it. The gateway supplies
-// it. Both methods must return at once: the actor never waits on a client.
+// it (directly, or through the node link for a client on another node).
+// Both methods must return at once: the actor never waits on a client.
 type Conn interface {
 	// Deliver queues out for the client, in order. A connection that
-	// cannot keep up closes itself (1013); the log still has everything.
+	// cannot keep up closes itself; the log still has everything.
 	Deliver(out Out)
-	// Close sends a close frame with code and ends the connection. Safe to
-	// call more than once.
-	Close(code int, reason string)
+	// Close ends the connection after what was delivered, telling the
+	// client why. Safe to call more than once.
+	Close(why CloseReason, msg string)
 }
+
+// CloseReason is why the actor ends a connection; the gateway maps each
+// to its close code.
+type CloseReason int
+
+const (
+	// CloseCompleted: the session was completed (1000).
+	CloseCompleted CloseReason = iota + 1
+	// CloseSuperseded: a newer connection resumed the session (4001).
+	CloseSuperseded
+	// CloseShutdown: the node is shutting down or the session moved to
+	// another node; reconnect anywhere (1012).
+	CloseShutdown
+	// CloseInternal: the session's storage failed (1011).
+	CloseInternal
+)
 
 // Out is something the actor tells a client: one of the *Out types below.
 type Out interface{ isOut() }
@@ -53,7 +86,7 @@ type SessionOut struct {
 	LastSeq   uint64
 	Window    time.Duration
 	Context   map[string]any
-	Pending   *wal.ToolCall
+	Pending   *ToolCall
 	Sensitive bool
 }
 
@@ -99,12 +132,12 @@ const (
 	ReasonCompleted = "completed"
 )
 
-// Close codes the actor uses.
+// Error codes the actor puts in ErrorOut, as PROTOCOL.md names them.
 const (
-	CloseNormal     = 1000
-	CloseInternal   = 1011
-	CloseRestarting = 1012
-	CloseSuperseded = 4001
+	CodeBadRequest  = "bad_request"
+	CodeTooLarge    = "too_large"
+	CodeRateLimited = "rate_limited"
+	CodeInternal    = "internal"
 )
 
 // Sentinel errors callers branch on.
@@ -119,4 +152,31 @@ var (
 	ErrGone = errors.New("actor: session actor stopped")
 	// ErrClosed: the registry is shut down.
 	ErrClosed = errors.New("actor: registry closed")
+	// ErrNotFound: no session with that id for that user (the two are
+	// never told apart).
+	ErrNotFound = errors.New("actor: session not found")
+	// ErrTooManySessions: the user has as many live sessions as allowed.
+	ErrTooManySessions = errors.New("actor: too many live sessions for this user")
+	// ErrNotResumed is matched by every *NotResumedError.
+	ErrNotResumed = errors.New("actor: session not resumed")
 )
+
+// NotResumedError says why a hello could not resume its session:
+// ReasonNotFound, ReasonExpired or ReasonCompleted. The caller creates a
+// new session and tells the client this reason.
+type NotResumedError struct{ Reason string }
+
+func (e *NotResumedError) Error() string { return "actor: session not resumed: " + e.Reason }
+
+// Is matches ErrNotResumed.
+func (e *NotResumedError) Is(target error) bool { return target == ErrNotResumed }
+
+// MayReveal is the one rule for showing a session to a client, used by
+// every path that reveals one (a resume, the HTTP snapshot): a sensitive
+// session needs a token whose auth_time is at most maxAge old.
+func MayReveal(h wal.Header, authTime, now time.Time, maxAge time.Duration) error {
+	if h.Sensitive && (authTime.IsZero() || now.Sub(authTime) > maxAge) {
+		return ErrReauthRequired
+	}
+	return nil
+}

@@ -1,10 +1,9 @@
 package bench
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -12,12 +11,14 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	tnode "github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/wal"
 )
 
 var secret = []byte("bench-secret")
 
-// node is a real in-process node on 127.0.0.1 with its log in a temp dir.
+// node is a real in-process node on 127.0.0.1 with its log in a temp dir,
+// assembled as `tether serve` assembles one.
 type node struct {
 	url string
 	log *wal.Log
@@ -28,36 +29,15 @@ type node struct {
 
 func startNode(tb testing.TB, ac actor.Config) *node {
 	tb.Helper()
-	n := &node{dir: tb.TempDir()}
-	var err error
-	if n.log, err = wal.New(wal.Config{Dir: n.dir, SweepInterval: -1}); err != nil {
-		tb.Fatal(err)
-	}
-	ac.Journal = n.log
-	if n.reg, err = actor.New(ac); err != nil {
-		tb.Fatal(err)
-	}
-	n.srv, err = gateway.New(gateway.Config{Backend: gateway.Local(n.reg), Secret: secret, NoRateLimit: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.srv.Serve(ln) }()
-	n.url = "ws://" + ln.Addr().String() + "/v1/ws"
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = n.srv.Shutdown(ctx)
-		<-done
-		_ = n.reg.Close()
-		_ = n.srv.Close()
-		_ = n.log.Close()
+	nd, err := tnode.New(tnode.Config{
+		Dir: tb.TempDir(), Actor: ac, Logger: slog.New(slog.DiscardHandler),
+		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 	})
-	return n
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = nd.Close() })
+	return &node{url: nd.URL(), log: nd.Log, reg: nd.Registry, srv: nd.Server}
 }
 
 func tokenFor(tb testing.TB, user string) string {

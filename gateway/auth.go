@@ -50,6 +50,10 @@ func Verify(secret []byte, token string, now time.Time) (Identity, error) {
 	id := Identity{UserID: c.Subject}
 	if c.AuthTime != nil {
 		id.AuthTime = c.AuthTime.Time
+		// A login in the future would count as fresh for ever.
+		if id.AuthTime.After(now.Add(Leeway)) {
+			return Identity{}, fmt.Errorf("%w: auth_time is in the future", ErrUnauthorized)
+		}
 	}
 	return id, nil
 }

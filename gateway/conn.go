@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -12,33 +13,40 @@ import (
 )
 
 // conn is one client WebSocket. Its reader goroutine (serve, read.go)
-// owns the protocol state and the session handle. Writes go through a
-// bounded queue drained by a writer goroutine that exists only while there
-// is something to write, so an idle connection costs one goroutine. A
-// client that reads too slowly costs at most OutQueue queued frames.
+// owns the protocol state and the session handle. What the client is sent
+// is encoded when it is delivered and queued as bytes, within a byte
+// budget; a writer goroutine, which exists only while there is something
+// to write, puts everything queued on the wire with one write. An idle
+// connection costs its reader goroutine and nothing else: no writer, no
+// buffer, no timer (the server's reaper watches its heartbeat).
 type conn struct {
 	srv     *Server
 	ws      *websocket.Conn
+	cork    *corkConn     // nil when the listener was not the server's
 	limiter *rate.Limiter // nil: no limit
-	ping    *time.Timer
+	// opened is when the socket was upgraded: the hello deadline counts
+	// from it, and nothing extends it.
+	opened time.Time
+	// lastRead is when the client last sent anything (unix nanos); 0
+	// until the hello succeeded. The reaper pings and drops on it.
+	lastRead atomic.Int64
+	pinged   atomic.Bool
 
 	mu      sync.Mutex
-	queue   []outItem
-	kill    *closeReq // a close that jumps the queue, dropping it
+	queue   [][]byte
+	bytes   int       // queued bytes
+	final   *closeReq // the close frame to send once the queue is out
 	writing bool      // a writer goroutine is running
 	closing bool      // a close was requested: nothing more is queued
 	stopped bool      // the writer side is finished: no writer may start
+	ping    bool      // a websocket ping is due
+	code    int       // the close code sent, for metrics
 	writers sync.WaitGroup
 
 	// Reader-owned.
-	sess Session
-}
-
-type outItem struct {
-	out   actor.Out
-	raw   []byte // a frame already encoded (pong)
-	close *closeReq
-	ping  bool
+	sess   Session
+	sid    string
+	userID string
 }
 
 type closeReq struct {
@@ -49,61 +57,94 @@ type closeReq struct {
 var _ actor.Conn = (*conn)(nil)
 
 func newConn(s *Server, ws *websocket.Conn) *conn {
-	c := &conn{srv: s, ws: ws}
+	c := &conn{srv: s, ws: ws, opened: time.Now()}
+	c.cork, _ = ws.NetConn().(*corkConn)
 	if s.cfg.Rate > 0 {
 		c.limiter = rate.NewLimiter(rate.Limit(s.cfg.Rate), 2*int(s.cfg.Rate))
 	}
-	c.ping = time.AfterFunc(s.cfg.PingInterval, c.sendPing)
 	return c
 }
 
-// Deliver queues o. It never blocks: a full queue means the client fell
-// too far behind, and it is closed with 1013 (the log keeps everything).
-func (c *conn) Deliver(o actor.Out) { c.enqueue(outItem{out: o}) }
+// Deliver encodes o and queues it. It never blocks: a client whose queue
+// would pass the byte budget fell too far behind, and it is closed with
+// 1013 once the frame being written is out (the log keeps everything).
+func (c *conn) Deliver(o actor.Out) {
+	b, err := encodeOut(o)
+	if err != nil {
+		c.srv.log.Error("encode frame", "err", err)
+		c.closeWith(wire.CloseInternal, "internal error")
+		return
+	}
+	if e, ok := o.(*actor.ErrorOut); ok {
+		c.srv.metrics.errors.WithLabelValues(e.Code).Inc()
+	}
+	c.deliverRaw(b)
+}
 
-// deliverRaw queues a frame the gateway itself answers (pong).
-func (c *conn) deliverRaw(b []byte) { c.enqueue(outItem{raw: b}) }
-
-func (c *conn) enqueue(it outItem) {
+// deliverRaw queues an encoded frame.
+func (c *conn) deliverRaw(b []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return
 	}
-	if len(c.queue) >= c.srv.cfg.OutQueue {
+	if c.bytes+len(b) > c.srv.cfg.MaxQueueBytes && c.bytes > 0 {
+		// Drop what waits: it is all in the log, and the client resumes.
+		c.queue = nil
 		c.closing = true
-		c.kill = &closeReq{wire.CloseTryAgain, "client fell too far behind"}
+		c.final = &closeReq{wire.CloseTryAgain, "client fell too far behind; resume to get the rest"}
+		c.srv.metrics.slow.Inc()
 	} else {
-		c.queue = append(c.queue, it)
+		c.queue = append(c.queue, b)
+		c.bytes += len(b)
 	}
 	c.kick()
 }
 
-// Close queues a close frame after whatever is already queued.
-func (c *conn) Close(code int, reason string) {
+// Close is actor.Conn's: it maps why to the close code.
+func (c *conn) Close(why actor.CloseReason, msg string) {
+	c.closeWith(closeCode(why), msg)
+}
+
+func closeCode(why actor.CloseReason) int {
+	switch why {
+	case actor.CloseCompleted:
+		return wire.CloseNormal
+	case actor.CloseSuperseded:
+		return wire.CloseSuperseded
+	case actor.CloseInternal:
+		return wire.CloseInternal
+	}
+	return wire.CloseRestart
+}
+
+// closeWith queues a close frame after whatever is already queued.
+func (c *conn) closeWith(code int, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return
 	}
 	c.closing = true
-	c.queue = append(c.queue, outItem{close: &closeReq{code, reason}})
+	c.final = &closeReq{code, reason}
 	c.kick()
 }
 
-// sendPing runs on the ping timer: an idle connection is pinged so a dead
-// peer is noticed (its pong, or any frame, extends the read deadline).
+// fail reports a protocol error to the client and closes with code.
+func (c *conn) fail(code, msg string, closeCode int) {
+	c.Deliver(&actor.ErrorOut{Code: code, Message: msg})
+	c.closeWith(closeCode, msg)
+}
+
+// sendPing queues a websocket ping (the reaper's heartbeat).
 func (c *conn) sendPing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stopped || c.closing {
+	if c.closing || c.stopped {
 		return
 	}
-	if !c.writing && len(c.queue) == 0 {
-		c.queue = append(c.queue, outItem{ping: true})
-		c.kick()
-	}
-	c.ping.Reset(c.srv.cfg.PingInterval)
+	c.ping = true
+	c.kick()
 }
 
 // kick starts a writer if none runs. Called with mu held.
@@ -122,17 +163,11 @@ func (c *conn) isClosing() bool {
 	return c.closing
 }
 
-// fail reports a protocol error to the client and closes with code.
-func (c *conn) fail(code, msg string, closeCode int) {
-	c.Deliver(&actor.ErrorOut{Code: code, Message: msg})
-	c.Close(closeCode, msg)
-}
-
 // stopWriting ends the writer side for good.
 func (c *conn) stopWriting() {
 	c.mu.Lock()
 	c.stopped, c.closing, c.writing = true, true, false
-	c.queue, c.kill = nil, nil
+	c.queue, c.bytes, c.final = nil, 0, nil
 	c.mu.Unlock()
 }
 
@@ -140,57 +175,61 @@ func (c *conn) writeLoop() {
 	defer c.writers.Done()
 	for {
 		c.mu.Lock()
-		var it outItem
-		switch {
-		case c.kill != nil:
-			it = outItem{close: c.kill}
-		case len(c.queue) > 0:
-			it = c.queue[0]
-			c.queue[0] = outItem{}
-			if c.queue = c.queue[1:]; len(c.queue) == 0 {
-				c.queue = nil // an idle connection keeps no buffer
-			}
-		default:
+		frames, final, ping := c.queue, c.final, c.ping
+		// The bytes stay counted until they are written: the budget
+		// covers what is on its way out too.
+		c.queue, c.ping = nil, false
+		if len(frames) == 0 && final == nil && !ping {
 			c.writing = false
 			c.mu.Unlock()
 			return
 		}
+		if final != nil {
+			c.final = nil
+		}
 		c.mu.Unlock()
-		if it.close != nil {
-			c.writeClose(*it.close)
+		if !c.writeFrames(frames, ping) {
 			c.stopWriting()
 			return
 		}
-		if !c.write(it) {
+		n := 0
+		for _, b := range frames {
+			n += len(b)
+		}
+		c.mu.Lock()
+		c.bytes = max(c.bytes-n, 0)
+		c.mu.Unlock()
+		if final != nil {
+			c.writeClose(*final)
 			c.stopWriting()
 			return
 		}
 	}
 }
 
-func (c *conn) write(it outItem) bool {
+// writeFrames puts frames (and a ping) on the wire with one write.
+func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
-	if it.ping {
-		if err := c.ws.WriteControl(websocket.PingMessage, nil, deadline); err != nil {
-			c.ws.Close()
-			return false
-		}
-		return true
-	}
-	b, err := it.raw, error(nil)
-	if b == nil {
-		b, err = encodeOut(it.out)
-	}
-	if err != nil {
-		c.srv.log.Error("encode frame", "err", err)
-		c.writeClose(closeReq{wire.CloseInternal, "internal error"})
-		return false
-	}
-	if e, ok := it.out.(*actor.ErrorOut); ok {
-		c.srv.metrics.errors.WithLabelValues(e.Code).Inc()
+	if c.cork != nil {
+		c.cork.cork()
 	}
 	_ = c.ws.SetWriteDeadline(deadline)
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+	var err error
+	if ping {
+		err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)
+	}
+	for _, b := range frames {
+		if err != nil {
+			break
+		}
+		err = c.ws.WriteMessage(websocket.TextMessage, b)
+	}
+	if c.cork != nil {
+		if uerr := c.cork.uncork(); err == nil {
+			err = uerr
+		}
+	}
+	if err != nil {
 		// The peer is gone or stuck past the write timeout: drop it.
 		c.ws.Close()
 		return false
@@ -201,6 +240,9 @@ func (c *conn) write(it outItem) bool {
 // writeClose sends the close frame, then gives the peer closeGrace to
 // answer before the reader stops waiting.
 func (c *conn) writeClose(cr closeReq) {
+	c.mu.Lock()
+	c.code = cr.code
+	c.mu.Unlock()
 	msg := websocket.FormatCloseMessage(cr.code, truncateReason(cr.reason))
 	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
 		c.ws.Close()

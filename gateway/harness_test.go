@@ -14,12 +14,14 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	tnode "github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/wal"
 )
 
 var testSecret = []byte("test-secret")
 
-// node is a real in-process Tether node on 127.0.0.1 with a temp dir.
+// node is a real in-process Tether node on 127.0.0.1 with a temp dir,
+// assembled the way `tether serve` assembles one (package node).
 type node struct {
 	t     *testing.T
 	URL   string // ws://…/v1/ws
@@ -27,7 +29,7 @@ type node struct {
 	Log   *wal.Log
 	Reg   *actor.Registry
 	Srv   *gateway.Server
-	clock *fakeClock
+	clock *actor.ManualClock
 	// Metrics are the node's metrics, wired to the log and the registry.
 	Metrics *gateway.Metrics
 	// Dir is the node's Pebble directory.
@@ -42,7 +44,7 @@ func (n *node) Stop() { n.stop() }
 type nodeOpts struct {
 	actor   actor.Config
 	gateway gateway.Config
-	fake    bool // use a fake clock for the registry
+	fake    bool // use a manual clock for the registry
 	// sndbuf, if set, fixes the server sockets' send buffer (bytes), so a
 	// client that does not read is felt after a little data, not megabytes.
 	sndbuf int
@@ -50,84 +52,37 @@ type nodeOpts struct {
 	dir string
 }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func startNode(t *testing.T, o nodeOpts) *node {
 	t.Helper()
-	n := &node{t: t}
-	var err error
-	n.Metrics = o.gateway.Metrics
-	if n.Metrics == nil {
-		n.Metrics = gateway.NewMetrics()
-	}
-	n.Dir = o.dir
+	n := &node{t: t, Dir: o.dir}
 	if n.Dir == "" {
 		n.Dir = t.TempDir()
 	}
-	n.Log, err = wal.New(wal.Config{Dir: n.Dir, SweepInterval: -1, OnCommit: n.Metrics.ObserveCommit, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ac := o.actor
-	ac.Journal = n.Log
 	if o.fake {
-		n.clock = &fakeClock{t: time.Now()}
-		ac.Now = n.clock.Now
+		n.clock = actor.NewManualClock(time.Now())
+		ac.Clock = n.clock
 	}
 	if ac.Logger == nil {
 		ac.Logger = quiet
 	}
-	n.Reg, err = actor.New(ac)
-	if err != nil {
-		_ = n.Log.Close()
-		t.Fatal(err)
-	}
-	n.Metrics.Watch(n.Log.Stats, n.Reg.Stats)
 	gc := o.gateway
-	gc.Metrics = n.Metrics
 	if gc.Logger == nil {
 		gc.Logger = quiet
 	}
-	gc.Backend = gateway.Local(n.Reg)
 	gc.Secret = testSecret
-	n.Srv, err = gateway.New(gc)
-	if err != nil {
-		_ = n.Reg.Close()
-		_ = n.Log.Close()
-		t.Fatal(err)
-	}
 	ln, err := listen(o.sndbuf)
 	if err != nil {
-		_ = n.Reg.Close()
-		_ = n.Log.Close()
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Srv.Serve(ln) }()
-	n.HTTP = "http://" + ln.Addr().String()
-	n.URL = "ws://" + ln.Addr().String() + "/v1/ws"
-	var once sync.Once
-	n.stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.Srv.Shutdown(ctx)
-			<-done
-			_ = n.Reg.Close()
-			_ = n.Srv.Close()
-			_ = n.Log.Close()
-		})
+	nd, err := tnode.New(tnode.Config{Dir: n.Dir, Listener: ln, Actor: ac, Gateway: gc, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
 	}
+	n.Log, n.Reg, n.Srv, n.Metrics = nd.Log, nd.Registry, nd.Server, nd.Metrics
+	n.HTTP, n.URL = nd.HTTP(), nd.URL()
+	var once sync.Once
+	n.stop = func() { once.Do(func() { _ = nd.Close() }) }
 	t.Cleanup(n.stop)
 	return n
 }

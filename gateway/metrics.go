@@ -13,6 +13,9 @@ import (
 type Metrics struct {
 	reg    *prometheus.Registry
 	conns  prometheus.Gauge
+	opened prometheus.Counter
+	closes *prometheus.CounterVec
+	slow   prometheus.Counter
 	batch  prometheus.Histogram
 	resume prometheus.Histogram
 	errors *prometheus.CounterVec
@@ -24,6 +27,15 @@ func NewMetrics() *Metrics {
 		reg: prometheus.NewRegistry(),
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tether_connections", Help: "Open client WebSocket connections.",
+		}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_connections_opened_total", Help: "Client WebSocket connections upgraded.",
+		}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_connections_closed_total", Help: "Client connections ended, by the close code the server sent (1006: none).",
+		}, []string{"code"}),
+		slow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_slow_clients_total", Help: "Clients closed with 1013 for falling behind their byte budget.",
 		}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tether_wal_fsync_batch_requests", Help: "Write requests carried by one fsync (group commit).",
@@ -37,7 +49,7 @@ func NewMetrics() *Metrics {
 			Name: "tether_errors_total", Help: "Error frames sent to clients, by code.",
 		}, []string{"code"}),
 	}
-	m.reg.MustRegister(m.conns, m.batch, m.resume, m.errors,
+	m.reg.MustRegister(m.conns, m.opened, m.closes, m.slow, m.batch, m.resume, m.errors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -59,5 +71,7 @@ func (m *Metrics) Watch(log func() wal.Stats, sessions func() actor.Stats) {
 		counter("tether_sessions_activated_total", "Sessions created or loaded from the log.", func() float64 { return float64(sessions().Activations) }),
 		counter("tether_sessions_passivated_total", "Session actors stopped (idle, expired, completed).", func() float64 { return float64(sessions().Passivations) }),
 		counter("tether_tool_runs_total", "Tool runs started.", func() float64 { return float64(sessions().ToolRuns) }),
+		counter("tether_corrupt_records_total", "Stored records that could not be read (entries, headers, states, contexts).",
+			func() float64 { return float64(log().Corrupt + sessions().Corrupt) }),
 	)
 }

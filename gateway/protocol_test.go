@@ -386,7 +386,7 @@ func TestReplayLimitSummaryPaging(t *testing.T) {
 
 func TestHistoryLimitCap(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{NoRateLimit: true}})
+	n := startNode(t, nodeOpts{gateway: gateway.Config{NoRateLimit: true}, actor: actor.Config{MaxTurns: 1000}})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)
 	checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)

@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway/wire"
+	"github.com/tether-dev/tether/wal"
 )
 
 // MaxSendIDLen is the longest client send id, in characters.
@@ -24,12 +23,14 @@ func (c *conn) serve() {
 	defer c.srv.wg.Done()
 	defer c.cleanup()
 	c.ws.SetReadLimit(c.srv.cfg.MaxFrame)
-	c.ws.SetPongHandler(func(string) error {
-		c.extendDeadline()
-		return nil
-	})
-	_ = c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.HelloTimeout))
 	if c.hello() {
+		// The heartbeat counts only once the client proved who it is:
+		// before that, the hello deadline alone applies (the reaper).
+		c.lastRead.Store(time.Now().UnixNano())
+		c.ws.SetPongHandler(func(string) error {
+			c.heard()
+			return nil
+		})
 		for c.next() {
 		}
 	}
@@ -42,10 +43,15 @@ func (c *conn) serve() {
 	}
 }
 
+// heard notes that the client is alive.
+func (c *conn) heard() {
+	c.lastRead.Store(time.Now().UnixNano())
+	c.pinged.Store(false)
+}
+
 func (c *conn) cleanup() {
-	c.ping.Stop()
 	c.mu.Lock()
-	c.stopped, c.closing = true, true
+	c.closing = true
 	c.mu.Unlock()
 	// Give a writer that is sending our close frame (or what precedes it)
 	// a moment to finish; then closing the socket unblocks one stuck on a
@@ -57,20 +63,23 @@ func (c *conn) cleanup() {
 	}()
 	select {
 	case <-flushed:
-	case <-time.After(closeGrace):
+	case <-time.After(c.srv.cfg.WriteTimeout + closeGrace):
 	}
+	c.mu.Lock()
+	c.stopped = true
+	code := c.code
+	c.mu.Unlock()
 	c.ws.Close()
 	<-flushed
 	if c.sess != nil {
 		c.sess.Detach()
 	}
-	c.srv.untrack(c)
-}
-
-func (c *conn) extendDeadline() {
-	if !c.isClosing() {
-		_ = c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
+	if code == 0 {
+		code = 1006 // the socket ended without our close frame
 	}
+	c.srv.metrics.closes.WithLabelValues(fmt.Sprint(code)).Inc()
+	c.srv.log.Debug("connection closed", "session", c.sid, "code", code)
+	c.srv.untrack(c)
 }
 
 // read returns the next client frame, or ok=false when the connection is
@@ -79,15 +88,14 @@ func (c *conn) extendDeadline() {
 func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 	mt, data, err := c.ws.ReadMessage()
 	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && c.sess == nil && !c.isClosing() {
-			c.fail(wire.CodeBadRequest, "no hello frame in time", wire.ClosePolicy)
+		if errors.Is(err, websocket.ErrReadLimit) {
+			c.mu.Lock()
+			c.code = wire.CloseTooBig // gorilla has sent the close frame
+			c.mu.Unlock()
 		}
-		// ErrReadLimit: gorilla has already closed with 1009.
 		return f, nil, false
 	}
-	switch {
-	case mt != websocket.TextMessage:
+	if mt != websocket.TextMessage {
 		c.fail(wire.CodeBadRequest, "only text frames are accepted", wire.CloseUnsupported)
 		return f, nil, false
 	}
@@ -95,6 +103,9 @@ func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 	if errors.Is(err, ErrInvalidPayload) {
 		c.fail(wire.CodeBadRequest, err.Error(), wire.CloseInvalidPayload)
 		return f, nil, false
+	}
+	if err != nil {
+		c.srv.log.Debug("bad frame", "session", c.sid, "err", err)
 	}
 	return f, err, true
 }
@@ -106,7 +117,8 @@ var ErrInvalidPayload = errors.New("frame is not valid UTF-8 JSON")
 // only that type's own fields: fields of other frame types are unknown
 // fields here, and unknown fields are ignored whatever their JSON type.
 // Errors other than ErrInvalidPayload describe a frame that is JSON but
-// not a valid frame (bad_request).
+// not a valid frame (bad_request), including a metadata or context value
+// the log could not store and read back (wal.CheckValue).
 func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 	var f wire.ClientFrame
 	switch {
@@ -141,6 +153,9 @@ func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 		}
 		err = json.Unmarshal(data, &v)
 		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
+		if err == nil {
+			err = storable("metadata", v.Metadata)
+		}
 	case wire.TypeHistory:
 		var v struct {
 			BeforeSeq uint64 `json:"before_seq"`
@@ -154,6 +169,9 @@ func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 		}
 		err = json.Unmarshal(data, &v)
 		f.Set = v.Set
+		if err == nil {
+			err = storable("context", v.Set)
+		}
 	case wire.TypePing:
 		var v struct {
 			ID string `json:"id"`
@@ -170,127 +188,21 @@ func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 	return f, nil
 }
 
+// storable applies the log's rule for client values (wal.CheckValue) at
+// the door, so nothing stored is ever unreadable.
+func storable(what string, v map[string]any) error {
+	if v == nil {
+		return nil
+	}
+	if err := wal.CheckValue(v); err != nil {
+		return fmt.Errorf("%s cannot be stored: %w", what, err)
+	}
+	return nil
+}
+
 func orUnknown(t string) string {
 	if t == "" {
 		return "client"
 	}
 	return t
-}
-
-// hello handles the first frame; it reports whether a session is attached.
-func (c *conn) hello() bool {
-	f, bad, ok := c.read()
-	if !ok {
-		return false
-	}
-	switch {
-	case bad != nil:
-		c.fail(wire.CodeBadRequest, bad.Error(), wire.ClosePolicy)
-		return false
-	case f.Type != wire.TypeHello:
-		c.fail(wire.CodeBadRequest, "the first frame must be hello", wire.ClosePolicy)
-		return false
-	}
-	start := time.Now()
-	id, err := Verify(c.srv.cfg.Secret, f.Token, c.srv.cfg.Now())
-	if err != nil {
-		c.fail(wire.CodeUnauthorized, err.Error(), wire.ClosePolicy)
-		return false
-	}
-	sess, err := c.srv.cfg.Backend.Open(c.srv.ctx, actor.OpenRequest{
-		SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c,
-	})
-	switch {
-	case errors.Is(err, actor.ErrReauthRequired):
-		c.fail(wire.CodeReauthRequired, "this session is sensitive: log in again to resume it", wire.CloseReauth)
-		return false
-	case errors.Is(err, actor.ErrBadLastSeq):
-		c.fail(wire.CodeBadRequest, "last_seq is beyond the session's last seq", wire.ClosePolicy)
-		return false
-	case errors.Is(err, actor.ErrClosed):
-		c.Close(wire.CloseRestart, "node shutting down")
-		return false
-	case errors.Is(err, ErrUnavailable):
-		c.fail(wire.CodeUnavailable, "the session's owner cannot be reached; retry", wire.CloseTryAgain)
-		return false
-	case err != nil:
-		c.srv.log.Error("open session", "err", err)
-		c.fail(wire.CodeInternal, "could not open the session", wire.CloseInternal)
-		return false
-	}
-	c.sess = sess
-	if sess.Resumed() {
-		c.srv.metrics.resume.Observe(time.Since(start).Seconds())
-	}
-	c.extendDeadline()
-	return true
-}
-
-// next handles one frame after the hello; false ends the connection.
-func (c *conn) next() bool {
-	f, bad, ok := c.read()
-	if !ok || c.isClosing() {
-		return false
-	}
-	c.extendDeadline()
-	if bad != nil {
-		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: bad.Error(), ID: f.ID})
-		return true
-	}
-	var err error
-	ctx := c.srv.ctx
-	switch f.Type {
-	case wire.TypeSend:
-		if code, msg := c.checkSend(f); code != "" {
-			c.Deliver(&actor.ErrorOut{Code: code, Message: msg, ID: f.ID})
-			return true
-		}
-		err = c.sess.Send(ctx, f.ID, f.Content, f.Metadata)
-	case wire.TypeHistory:
-		if f.Limit < 0 {
-			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "limit must not be negative"})
-			return true
-		}
-		err = c.sess.History(ctx, f.BeforeSeq, f.Limit)
-	case wire.TypeContext:
-		if f.Set == nil {
-			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "context needs a set object"})
-			return true
-		}
-		err = c.sess.SetContext(ctx, f.Set)
-	case wire.TypeComplete:
-		err = c.sess.Complete(ctx)
-	case wire.TypePing:
-		b, _ := json.Marshal(wire.Pong{Type: wire.TypePong, ID: f.ID})
-		c.deliverRaw(b)
-	case wire.TypeHello:
-		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "hello was already received"})
-	default:
-		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q", f.Type)})
-	}
-	if err != nil {
-		// The actor stopped (and closed this connection) or the node is
-		// shutting down: the client reconnects and resumes.
-		c.Close(wire.CloseRestart, "session moved; reconnect")
-		return false
-	}
-	return true
-}
-
-// checkSend applies the limits on one send; it returns an error code and
-// message, or "" when the send may go on.
-func (c *conn) checkSend(f wire.ClientFrame) (string, string) {
-	if c.limiter != nil && !c.limiter.Allow() {
-		return wire.CodeRateLimited, fmt.Sprintf("more than %g sends per second", c.srv.cfg.Rate)
-	}
-	if n := utf8.RuneCountInString(f.ID); n < 1 || n > MaxSendIDLen {
-		return wire.CodeBadRequest, fmt.Sprintf("send id must be 1–%d characters", MaxSendIDLen)
-	}
-	if f.Content == "" {
-		return wire.CodeBadRequest, "content must not be empty"
-	}
-	if len(f.Content) > c.srv.cfg.MaxContent {
-		return wire.CodeTooLarge, fmt.Sprintf("content is %d bytes, the limit is %d", len(f.Content), c.srv.cfg.MaxContent)
-	}
-	return "", ""
 }

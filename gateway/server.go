@@ -16,24 +16,25 @@ import (
 )
 
 // Session is a connection's attached session. *actor.Handle supplies it
-// on one node; the cluster will supply one that forwards to the owner.
+// on one node; the cluster supplies one that forwards to the owner.
 type Session interface {
 	Send(ctx context.Context, id, content string, metadata map[string]any) error
 	History(ctx context.Context, before uint64, limit int) error
 	SetContext(ctx context.Context, set map[string]any) error
 	Complete(ctx context.Context) error
-	// Detach says the connection is gone; it must not be lost.
+	// Detach says the connection is gone; it must not be lost and must
+	// not block.
 	Detach()
-	// Resumed reports whether the hello resumed an existing session.
-	Resumed() bool
 }
 
-// Backend is where the gateway finds sessions: the owner lookup. Open
-// follows actor.Registry.Open's contract; Snapshot follows
-// actor.Registry.Snapshot's.
+// Backend is where the gateway finds sessions. Resume, Create and
+// Snapshot follow the contracts of actor.Registry's methods of the same
+// names; NewID makes a fresh session id.
 type Backend interface {
-	Open(ctx context.Context, req actor.OpenRequest) (Session, error)
-	Snapshot(sid, user string) (actor.Snapshot, error)
+	Resume(ctx context.Context, req actor.ResumeRequest) (Session, error)
+	Create(ctx context.Context, req actor.CreateRequest) (Session, error)
+	NewID() string
+	Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error)
 }
 
 // ErrUnavailable from a Backend means the session's owner cannot be
@@ -47,25 +48,33 @@ type Config struct {
 	Secret []byte
 	// DevTokens enables POST /dev/token.
 	DevTokens bool
-	// HelloTimeout is the time allowed for the first frame. Default 10s.
+	// HelloTimeout is the time allowed for the first frame, from the
+	// upgrade; nothing extends it. Default 10s.
 	HelloTimeout time.Duration
 	// MaxFrame is the largest client message in bytes. Default 65536.
 	MaxFrame int64
 	// MaxContent is the largest send content in bytes. Default 32768.
 	MaxContent int
-	// Rate is sends per second per connection, bursts of twice that; 0
-	// means no limit. Default 50 (set NoRateLimit for none).
+	// Rate is client frames (all but ping) per second per connection,
+	// bursts of twice that; 0 means no limit. Default 50 (set NoRateLimit
+	// for none).
 	Rate        float64
 	NoRateLimit bool
-	// OutQueue is how many frames may wait for a slow client before it is
-	// closed with 1013. Default 256.
-	OutQueue int
-	// PingInterval is how often the server pings; PongWait how long it
-	// waits for any frame or pong before dropping a dead peer. Defaults
-	// 30s and 75s.
+	// MaxQueueBytes is the byte budget of what waits to be written to one
+	// client; a client that would pass it is closed with 1013. Default
+	// 4 MiB (a history page is at most 1 MiB).
+	MaxQueueBytes int
+	// PingInterval is how long a client may be silent before the server
+	// pings it; PongWait how long before it is dropped as dead. Defaults
+	// 30s and 75s. One reaper goroutine checks every connection.
 	PingInterval, PongWait time.Duration
-	// WriteTimeout bounds one frame write. Default 10s.
+	// WriteTimeout bounds one write to a client. Default 10s.
 	WriteTimeout time.Duration
+	// AllowedOrigins are the browser origins (scheme://host[:port]) whose
+	// pages may open the WebSocket and call the HTTP API; "*" allows any.
+	// A request with no Origin (not a browser) is always allowed, and so
+	// is a page of the node's own host. Default: the node's own host only.
+	AllowedOrigins []string
 	// Ready reports whether the node can serve (GET /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -100,8 +109,8 @@ func (c *Config) setDefaults() error {
 	} else if c.Rate <= 0 {
 		c.Rate = 50
 	}
-	if c.OutQueue <= 0 {
-		c.OutQueue = 256
+	if c.MaxQueueBytes <= 0 {
+		c.MaxQueueBytes = 4 << 20
 	}
 	if c.Ready == nil {
 		c.Ready = func() error { return nil }
@@ -125,6 +134,7 @@ type Server struct {
 	metrics  *Metrics
 	upgrader websocket.Upgrader
 	http     *http.Server
+	bufs     sync.Pool // gathering buffers of corked writes
 	// ctx is cancelled by Close; it bounds every call into the backend.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -132,7 +142,7 @@ type Server struct {
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
-	wg     sync.WaitGroup // connection goroutines and the listener
+	wg     sync.WaitGroup // connection goroutines and the reaper
 
 	closeOnce sync.Once
 }
@@ -143,25 +153,34 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{})}
+	s.bufs.New = func() any { b := make([]byte, 0, 16<<10); return &b }
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		// Small read buffers and a shared write buffer pool keep an idle
 		// connection cheap; the handler returns right after the upgrade so
 		// net/http's own buffers are freed.
-		ReadBufferSize:  1024,
+		ReadBufferSize:  512,
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
-		// Tokens travel in the hello frame, never in cookies, so a page
-		// on another origin gains nothing by opening a socket.
-		CheckOrigin: func(*http.Request) bool { return true },
+		CheckOrigin:     s.originAllowed,
 	}
-	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	s.wg.Add(1)
+	go s.reap()
 	return s, nil
 }
 
 // Serve accepts connections on ln until Shutdown or Close.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.http.Serve(ln)
+	err := s.http.Serve(corkListener{Listener: ln, pool: &s.bufs})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -171,6 +190,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits (up to ctx) for plain
 // HTTP requests in flight. WebSocket clients stay until Close.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true // no more upgrades
+	s.mu.Unlock()
 	return s.http.Shutdown(ctx)
 }
 
@@ -187,7 +209,7 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		for _, c := range conns {
-			c.Close(wire.CloseRestart, "node shutting down")
+			c.closeWith(wire.CloseRestart, "node shutting down")
 		}
 		s.cancel()
 		s.wg.Wait()
@@ -222,6 +244,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.metrics.conns.Inc()
+	s.metrics.opened.Inc()
 	go c.serve()
 }
 
@@ -232,22 +255,74 @@ func (s *Server) untrack(c *conn) {
 	s.metrics.conns.Dec()
 }
 
+// reap is the one goroutine that watches every connection's clock: the
+// hello deadline, and the heartbeat of silent clients (ping after
+// PingInterval, drop after PongWait). No connection has a timer of its
+// own.
+func (s *Server) reap() {
+	defer s.wg.Done()
+	every := max(min(s.cfg.HelloTimeout, s.cfg.PingInterval)/4, 5*time.Millisecond)
+	t := time.NewTicker(min(every, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			conns := make([]*conn, 0, len(s.conns))
+			for c := range s.conns {
+				conns = append(conns, c)
+			}
+			s.mu.Unlock()
+			for _, c := range conns {
+				s.check(c, now)
+			}
+		}
+	}
+}
+
+func (s *Server) check(c *conn, now time.Time) {
+	last := c.lastRead.Load()
+	switch {
+	case last == 0:
+		if now.Sub(c.opened) >= s.cfg.HelloTimeout && !c.isClosing() {
+			c.fail(wire.CodeBadRequest, "no hello frame in time", wire.ClosePolicy)
+			// A client that never reads cannot take the close frame: make
+			// sure the socket goes anyway.
+			time.AfterFunc(s.cfg.WriteTimeout+closeGrace, func() { c.ws.Close() })
+		}
+	case now.Sub(time.Unix(0, last)) >= s.cfg.PongWait:
+		c.ws.Close() // dead peer: no close handshake is possible
+	case now.Sub(time.Unix(0, last)) >= s.cfg.PingInterval && c.pinged.CompareAndSwap(false, true):
+		c.sendPing()
+	}
+}
+
 // Local adapts an actor.Registry to a Backend: the owner of every session
 // is this node.
 func Local(r *actor.Registry) Backend { return local{r} }
 
 type local struct{ r *actor.Registry }
 
-func (l local) Open(ctx context.Context, req actor.OpenRequest) (Session, error) {
-	h, err := l.r.Open(ctx, req)
+func (l local) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
+	h, err := l.r.Resume(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return handle{h}, nil
+	return h, nil
 }
 
-func (l local) Snapshot(sid, user string) (actor.Snapshot, error) { return l.r.Snapshot(sid, user) }
+func (l local) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
+	h, err := l.r.Create(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
 
-type handle struct{ *actor.Handle }
+func (l local) NewID() string { return l.r.NewID() }
 
-func (h handle) Resumed() bool { return h.Reason == actor.ReasonResumed }
+func (l local) Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error) {
+	return l.r.Snapshot(ctx, sid, user, authTime)
+}

@@ -245,12 +245,12 @@ func TestShutdownCloses1012(t *testing.T) {
 	_ = n.Srv.Close()
 	c.expectClose(1012)
 	// The session is interrupted (resumable), not lost.
-	m, err := n.Log.Meta(sid)
+	m, err := n.Log.Header(sid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "interrupted after shutdown", func() bool {
-		m, err = n.Log.Meta(sid)
+		m, err = n.Log.Header(sid)
 		return err == nil && m.Status == "interrupted"
 	})
 	if m.LastSeq != 2 {

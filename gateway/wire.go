@@ -18,7 +18,7 @@ func MessageOf(e wal.Entry, typ string) wire.Message {
 }
 
 // PendingOf converts the pending tool call, if any.
-func PendingOf(p *wal.ToolCall) *wire.PendingTool {
+func PendingOf(p *actor.ToolCall) *wire.PendingTool {
 	if p == nil {
 		return nil
 	}

@@ -26,38 +26,40 @@ const (
 func (s Status) Terminal() bool { return s == StatusExpired || s == StatusCompleted }
 
 // Entry is one record of a session's log. Seq is strictly increasing and
-// gap-free within a session, starting at 1.
+// gap-free within a session, starting at 1. Epoch is the owner epoch the
+// entry was written under (0 in logs written before epochs were kept per
+// entry): a replica that holds entries of an older epoch than the owner
+// shipping to it truncates them.
 type Entry struct {
 	Seq      uint64         `msgpack:"q"`
 	Role     string         `msgpack:"r"`
 	Content  string         `msgpack:"c"`
 	Time     float64        `msgpack:"t"` // Unix seconds
 	Metadata map[string]any `msgpack:"m,omitempty"`
+	Epoch    uint64         `msgpack:"e,omitempty"`
 }
 
-// ToolCall is the in-flight tool call of a session, with whatever partial
-// result the tool has reported so far. It is kept in Meta until the call's
-// result is logged.
-type ToolCall struct {
-	CallID  string         `msgpack:"id"`
-	Name    string         `msgpack:"n"`
-	Args    map[string]any `msgpack:"a,omitempty"`
-	Status  string         `msgpack:"s"`
-	Partial string         `msgpack:"p,omitempty"`
-	// StartedSeq is the seq of the tool's `started` entry; ReplyTo the seq
-	// of the user entry whose turn made the call.
-	StartedSeq uint64 `msgpack:"ss"`
-	ReplyTo    uint64 `msgpack:"rt"`
-	// Attempts counts runs after the first, made when a crash cut an
-	// idempotent call short.
-	Attempts int `msgpack:"at,omitempty"`
+// Size is roughly what the entry costs in memory and on the wire, for
+// byte budgets.
+func (e *Entry) Size() int {
+	n := 64 + len(e.Role) + len(e.Content)
+	if e.Metadata != nil {
+		n += ValueSize(e.Metadata)
+	}
+	return n
 }
 
-// Meta is everything about a session that is not an entry: owner, status,
-// window bookkeeping, the user's and the agent's context, the pending tool
-// call and the queue of turns still owed. It is rewritten with every batch,
-// so it stays small: it never holds entries.
-type Meta struct {
+// Header is the part of a session the store itself needs: who owns it,
+// where it is in its lifecycle (for retention), its last seq and the owner
+// epoch (for the writer fence). It holds only values the server makes, so
+// no client input can make it unreadable; ownership is checked from it
+// before any user data is decoded.
+//
+// State is the session actor's own state (pending tool call, turns owed),
+// opaque to the store: package actor owns its schema. It is small and
+// rewritten with every append. The user and agent context are kept apart
+// (SessionData.Context) and written only when they change.
+type Header struct {
 	SessionID     string    `msgpack:"id"`
 	UserID        string    `msgpack:"u"`
 	Status        Status    `msgpack:"st"`
@@ -67,19 +69,27 @@ type Meta struct {
 	// ExpiresAt is when an interrupted session's reconnect window ends.
 	ExpiresAt time.Time `msgpack:"ea,omitempty"`
 	LastSeq   uint64    `msgpack:"ls"`
-	// Epoch is the owner epoch, bumped by every Claim.
-	Epoch        uint64         `msgpack:"ep"`
-	Sensitive    bool           `msgpack:"se,omitempty"`
-	Context      map[string]any `msgpack:"cx,omitempty"`
-	AgentContext map[string]any `msgpack:"ax,omitempty"`
-	Pending      *ToolCall      `msgpack:"pt,omitempty"`
-	// Turns are the seqs of user entries the agent has not answered yet,
-	// oldest first.
-	Turns []uint64 `msgpack:"tq,omitempty"`
-	// Steps are the seqs of the finished tool entries of the turn in
-	// progress (the one answering Turns[0]), so an engine step reads just
-	// those instead of scanning the log.
-	Steps []uint64 `msgpack:"sp,omitempty"`
+	// Epoch is the owner epoch, bumped by every Claim; Owner names the
+	// node that claimed it (empty on a single node). An epoch belongs to
+	// one owner: a replica refuses the same epoch from another node.
+	Epoch     uint64 `msgpack:"ep"`
+	Owner     string `msgpack:"ow,omitempty"`
+	Sensitive bool   `msgpack:"se,omitempty"`
+	State     []byte `msgpack:"x,omitempty"`
+}
+
+// SessionData is everything stored about a session but its entries.
+type SessionData struct {
+	Header Header
+	// Context is the encoded user and agent context (package actor's
+	// schema), nil when none was ever written.
+	Context []byte
+}
+
+// Send is a client send id and the seq of the user entry it became.
+type Send struct {
+	ID  string
+	Seq uint64
 }
 
 // Sentinel errors callers branch on.
@@ -98,13 +108,14 @@ var (
 // stored bytes could not be decoded or whose log has a hole.
 type CorruptError struct {
 	SessionID string
-	Seq       uint64 // 0 for metadata
+	Seq       uint64 // 0 for the header or the context
+	What      string // "header", "context", "entry"
 	Err       error
 }
 
 func (e *CorruptError) Error() string {
 	if e.Seq == 0 {
-		return fmt.Sprintf("wal: corrupt metadata of session %q: %v", e.SessionID, e.Err)
+		return fmt.Sprintf("wal: corrupt %s of session %q: %v", e.What, e.SessionID, e.Err)
 	}
 	return fmt.Sprintf("wal: corrupt entry %d of session %q: %v", e.Seq, e.SessionID, e.Err)
 }
@@ -115,22 +126,26 @@ func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 // MaxIDLen is the longest session id the log accepts.
 const MaxIDLen = 64
 
-func checkID(sid string) error {
+// CheckID reports whether sid can name a session: 1–64 bytes, no NUL.
+func CheckID(sid string) error {
 	if sid == "" || len(sid) > MaxIDLen || bytes.IndexByte([]byte(sid), 0) >= 0 {
 		return fmt.Errorf("%w: %q", ErrBadID, sid)
 	}
 	return nil
 }
 
+// Key layout; see doc.go.
 const (
-	prefixMeta  = 'm'
-	prefixEntry = 'e'
-	prefixSend  = 's'
+	prefixHeader  = 'm'
+	prefixContext = 'c'
+	prefixEntry   = 'e'
+	prefixSend    = 's'
 )
 
 var keyAlive = []byte("nalive")
 
-func metaKey(sid string) []byte { return append([]byte{prefixMeta}, sid...) }
+func headerKey(sid string) []byte  { return append([]byte{prefixHeader}, sid...) }
+func contextKey(sid string) []byte { return append([]byte{prefixContext}, sid...) }
 
 // sessionPrefix is the start of sid's keys under prefix p; the range ends
 // at the same bytes with a final 0x01.
@@ -153,7 +168,7 @@ func entryKey(sid string, seq uint64) []byte {
 
 func sendKey(sid, id string) []byte { return append(sessionPrefix(prefixSend, sid), id...) }
 
-func encode(v any) ([]byte, error) { return msgpack.Marshal(v) }
+func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
 // DecodeEntry decodes one stored entry. It is exported for the fuzz target
 // and for tools that read a log; it never panics on bad input.
@@ -172,18 +187,38 @@ func DecodeEntry(b []byte) (Entry, error) {
 }
 
 // EncodeEntry is DecodeEntry's inverse.
-func EncodeEntry(e Entry) ([]byte, error) { return encode(e) }
+func EncodeEntry(e Entry) ([]byte, error) { return msgpack.Marshal(e) }
 
-func decodeMeta(sid string, b []byte) (Meta, error) {
-	var m Meta
+// DecodeHeader decodes a stored header; exported for tools and tests.
+func DecodeHeader(b []byte) (Header, error) {
+	var h Header
 	if err := checkMsgpack(b); err != nil {
-		return Meta{}, &CorruptError{SessionID: sid, Err: err}
+		return Header{}, err
 	}
-	if err := msgpack.Unmarshal(b, &m); err != nil {
-		return Meta{}, &CorruptError{SessionID: sid, Err: err}
+	if err := msgpack.Unmarshal(b, &h); err != nil {
+		return Header{}, err
 	}
-	if m.SessionID != sid {
-		return Meta{}, &CorruptError{SessionID: sid, Err: fmt.Errorf("metadata names session %q", m.SessionID)}
+	return h, nil
+}
+
+func decodeHeaderOf(sid string, b []byte) (Header, error) {
+	h, err := DecodeHeader(b)
+	if err == nil && h.SessionID != sid {
+		err = fmt.Errorf("header names session %q", h.SessionID)
 	}
-	return m, nil
+	if err != nil {
+		return Header{}, &CorruptError{SessionID: sid, What: "header", Err: err}
+	}
+	return h, nil
+}
+
+// Unmarshal decodes msgpack bytes read from the log into v after checking
+// that every length in them fits the bytes that are there, so corrupt
+// bytes can never make the decoder allocate more than they hold. Package
+// actor uses it for the state and context it keeps in the log.
+func Unmarshal(b []byte, v any) error {
+	if err := checkMsgpack(b); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
 }

@@ -5,24 +5,29 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Batch is one atomic append to a session: its new entries (possibly
-// none), the send ids they answer, and the session's new metadata.
+// none), the send ids they answer, the session's new header, and its
+// context when that changed.
 type Batch struct {
 	SessionID string
 	// Epoch must be the epoch the session was claimed with.
 	Epoch   uint64
 	Entries []Entry
-	// Sends maps client send ids to the seq of the entry they became.
-	Sends map[string]uint64
-	// Meta replaces the stored metadata; its LastSeq must equal the last
-	// entry's seq (or the previous LastSeq when Entries is empty) and its
-	// Epoch is set by the log.
-	Meta Meta
+	Sends   []Send
+	// Header replaces the stored one; its LastSeq must equal the last
+	// entry's seq (or the previous LastSeq when Entries is empty). Its
+	// Epoch and Owner are set by the log.
+	Header Header
+	// Context, when non-nil, replaces the stored context.
+	Context []byte
 }
 
 type reqKind int
@@ -40,44 +45,70 @@ type request struct {
 	kind  reqKind
 	batch Batch
 	sid   string
+	owner string
 	epoch uint64
 	at    time.Time
-	// deleteIf is re-checked against the stored metadata by the committer.
-	deleteIf func(Meta) bool
+	// deleteIf is re-checked against the stored header by the committer.
+	deleteIf func(Header) bool
 
-	meta    Meta // result of create/claim
+	data    SessionData // result of create/claim
 	deleted bool
 	err     error
-	done    chan struct{}
+	// Exactly one of done and callback is set: a waiting caller, or an
+	// asynchronous one told from the committer goroutine.
+	done     chan struct{}
+	callback func(error)
 }
 
 // Append stores b durably: it returns nil only after the entries and the
-// metadata are fsynced. Concurrent Appends share one fsync.
+// header are fsynced. Concurrent Appends share one fsync.
 func (l *Log) Append(ctx context.Context, b Batch) error {
-	if err := checkID(b.SessionID); err != nil {
+	if err := CheckID(b.SessionID); err != nil {
 		return err
 	}
 	_, err := l.submit(ctx, &request{kind: reqAppend, batch: b, sid: b.SessionID})
 	return err
 }
 
-// Create stores a new session's metadata and claims it with epoch 1.
-func (l *Log) Create(ctx context.Context, m Meta) (Meta, error) {
-	if err := checkID(m.SessionID); err != nil {
-		return Meta{}, err
+// AppendAsync queues b and returns at once; done is called exactly once,
+// with nil only once b is durable. Appends of one session complete in the
+// order they were queued, and once one fails every later one of that
+// session fails too until it is claimed again (fail-stop). done runs on
+// the committer goroutine: it must not block. AppendAsync itself waits
+// only while the queue is full (or until ctx ends, when done is not
+// called).
+func (l *Log) AppendAsync(ctx context.Context, b Batch, done func(error)) error {
+	if err := CheckID(b.SessionID); err != nil {
+		return err
 	}
-	r, err := l.submit(ctx, &request{kind: reqCreate, sid: m.SessionID, batch: Batch{Meta: m}})
-	return r.meta, err
+	if done == nil {
+		// finish tells a request without callback by closing its done
+		// channel; a nil one would panic on the committer goroutine.
+		done = func(error) {}
+	}
+	return l.enqueue(ctx, &request{kind: reqAppend, batch: b, sid: b.SessionID, callback: done})
 }
 
-// Claim makes the caller the session's one writer: it bumps the owner
-// epoch, stores it, and from then on refuses appends with an older epoch.
-func (l *Log) Claim(ctx context.Context, sid string) (Meta, error) {
-	if err := checkID(sid); err != nil {
-		return Meta{}, err
+// Create stores a new session claimed with epoch 1 by this node
+// (Config.NodeID), with its first context (nil: none).
+func (l *Log) Create(ctx context.Context, h Header, context []byte) (Header, error) {
+	if err := CheckID(h.SessionID); err != nil {
+		return Header{}, err
 	}
-	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid})
-	return r.meta, err
+	r, err := l.submit(ctx, &request{kind: reqCreate, sid: h.SessionID, owner: l.cfg.NodeID, batch: Batch{Header: h, Context: context}})
+	return r.data.Header, err
+}
+
+// Claim makes this node the session's one writer: it bumps the owner
+// epoch, stores it (with Config.NodeID as the owner), and from then on
+// refuses appends with another epoch. It returns the session's header
+// (with the new epoch) and context.
+func (l *Log) Claim(ctx context.Context, sid string) (SessionData, error) {
+	if err := CheckID(sid); err != nil {
+		return SessionData{}, err
+	}
+	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid, owner: l.cfg.NodeID})
+	return r.data, err
 }
 
 // Release drops the claim made with epoch, if it is still the current one.
@@ -87,11 +118,14 @@ func (l *Log) Release(ctx context.Context, sid string, epoch uint64) error {
 	return err
 }
 
-// DeleteSession removes a session's entries, send ids and metadata in one
-// atomic batch, unless the session is claimed or cond (if non-nil) is false
-// for its current metadata. It reports whether the session was deleted.
-func (l *Log) DeleteSession(ctx context.Context, sid string, cond func(Meta) bool) (bool, error) {
-	if err := checkID(sid); err != nil {
+// DeleteSession removes a session's entries, send ids, context and header
+// in one atomic batch, unless the session is claimed or cond (if non-nil)
+// is false for its header. A session whose header cannot be read is
+// deleted whatever cond says (there is no header to ask it about): that
+// is how the sweep and an operator get rid of it. It reports whether the
+// session was deleted.
+func (l *Log) DeleteSession(ctx context.Context, sid string, cond func(Header) bool) (bool, error) {
+	if err := CheckID(sid); err != nil {
 		return false, err
 	}
 	r, err := l.submit(ctx, &request{kind: reqDelete, sid: sid, deleteIf: cond})
@@ -106,20 +140,34 @@ func (l *Log) MarkAlive(ctx context.Context, t time.Time) error {
 
 func (l *Log) submit(ctx context.Context, r *request) (*request, error) {
 	r.done = make(chan struct{})
-	if err := l.open(); err != nil {
+	if err := l.enqueue(ctx, r); err != nil {
 		return r, err
 	}
-	select {
-	case l.reqs <- r:
-	case <-ctx.Done():
-		l.closedMu.RUnlock()
-		return r, ctx.Err()
-	}
-	l.closedMu.RUnlock()
 	// Once queued the request is committed or failed whatever ctx does:
 	// waiting for it keeps "returned nil" equal to "durable".
 	<-r.done
 	return r, r.err
+}
+
+func (l *Log) enqueue(ctx context.Context, r *request) error {
+	if err := l.open(); err != nil {
+		return err
+	}
+	defer l.closedMu.RUnlock()
+	select {
+	case l.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *request) finish() {
+	if r.callback != nil {
+		r.callback(r.err)
+		return
+	}
+	close(r.done)
 }
 
 func (l *Log) commitLoop() {
@@ -127,6 +175,15 @@ func (l *Log) commitLoop() {
 	group := make([]*request, 0, l.cfg.MaxBatch)
 	for {
 		group = group[:0]
+		// Stop wins over queued requests: select picks at random among
+		// ready cases, and Close promises that what is still queued fails
+		// with ErrClosed rather than being committed after it was called.
+		select {
+		case <-l.stop:
+			l.failQueued()
+			return
+		default:
+		}
 		select {
 		case r := <-l.reqs:
 			group = append(group, r)
@@ -152,7 +209,7 @@ func (l *Log) failQueued() {
 		select {
 		case r := <-l.reqs:
 			r.err = ErrClosed
-			close(r.done)
+			r.finish()
 		default:
 			return
 		}
@@ -172,6 +229,13 @@ func (l *Log) commitGroup(group []*request) {
 		if r.err == nil && r.kind == reqAppend {
 			entries += len(r.batch.Entries)
 		}
+		if r.err != nil && r.kind == reqAppend {
+			// Fail-stop: later appends of this claim in flight must not
+			// land after one that did not. A newer claim is not touched.
+			if c, ok := l.claimOf(staged, r.sid); ok && c.epoch == r.batch.Epoch {
+				staged[r.sid] = nil
+			}
+		}
 	}
 	var err error
 	if !b.Empty() {
@@ -183,6 +247,11 @@ func (l *Log) commitGroup(group []*request) {
 	if err != nil {
 		l.cfg.Logger.Error("wal commit failed", "err", err, "requests", len(group))
 		err = fmt.Errorf("wal: commit: %w", err)
+		for _, r := range group {
+			if c, ok := l.claims[r.sid]; ok && r.kind == reqAppend && c.epoch == r.batch.Epoch {
+				delete(l.claims, r.sid)
+			}
+		}
 	} else {
 		for sid, c := range staged {
 			if c == nil {
@@ -205,7 +274,7 @@ func (l *Log) commitGroup(group []*request) {
 		if r.kind == reqDelete && r.deleted && r.err == nil {
 			l.stats.deleted.Add(1)
 		}
-		close(r.done)
+		r.finish()
 	}
 }
 
@@ -226,26 +295,9 @@ func (l *Log) apply(b *pebble.Batch, staged map[string]*claim, r *request) error
 	case reqAppend:
 		return l.applyAppend(b, staged, &r.batch)
 	case reqCreate:
-		m := r.batch.Meta
-		if _, err := getMeta(b, m.SessionID); !errors.Is(err, ErrNotFound) {
-			if err == nil {
-				err = fmt.Errorf("%w: %q", ErrExists, m.SessionID)
-			}
-			return err
-		}
-		m.Epoch, m.LastSeq = 1, 0
-		r.meta = m
-		staged[m.SessionID] = &claim{epoch: 1}
-		return setValue(b, metaKey(m.SessionID), m)
+		return l.applyCreate(b, staged, r)
 	case reqClaim:
-		m, err := getMeta(b, r.sid)
-		if err != nil {
-			return err
-		}
-		m.Epoch++
-		r.meta = m
-		staged[r.sid] = &claim{epoch: m.Epoch, lastSeq: m.LastSeq}
-		return setValue(b, metaKey(r.sid), m)
+		return l.applyClaim(b, staged, r)
 	case reqRelease:
 		if c, ok := l.claimOf(staged, r.sid); ok && c.epoch == r.epoch {
 			staged[r.sid] = nil
@@ -257,6 +309,55 @@ func (l *Log) apply(b *pebble.Batch, staged map[string]*claim, r *request) error
 		return b.Set(keyAlive, binary.BigEndian.AppendUint64(nil, uint64(r.at.UnixNano())), nil)
 	}
 	return fmt.Errorf("wal: unknown request kind %d", r.kind)
+}
+
+func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request) error {
+	h := r.batch.Header
+	if _, err := getHeader(b, h.SessionID); !errors.Is(err, ErrNotFound) {
+		if err == nil {
+			err = fmt.Errorf("%w: %q", ErrExists, h.SessionID)
+		}
+		return err
+	}
+	h.Epoch, h.Owner, h.LastSeq = 1, r.owner, 0
+	kvs := [][2][]byte{}
+	v, err := msgpack.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("wal: encode header of %q: %w", h.SessionID, err)
+	}
+	kvs = append(kvs, [2][]byte{headerKey(h.SessionID), v})
+	if r.batch.Context != nil {
+		kvs = append(kvs, [2][]byte{contextKey(h.SessionID), r.batch.Context})
+	}
+	if err := setAll(b, kvs); err != nil {
+		return err
+	}
+	r.data = SessionData{Header: h, Context: r.batch.Context}
+	staged[h.SessionID] = &claim{epoch: 1, owner: r.owner}
+	return nil
+}
+
+func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) error {
+	h, err := getHeader(b, r.sid)
+	if err != nil {
+		return err
+	}
+	c, err := getRaw(b, contextKey(r.sid))
+	if err != nil {
+		return fmt.Errorf("wal: read context of %q: %w", r.sid, err)
+	}
+	h.Epoch++
+	h.Owner = r.owner
+	v, err := msgpack.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("wal: encode header of %q: %w", r.sid, err)
+	}
+	if err := b.Set(headerKey(r.sid), v, nil); err != nil {
+		return err
+	}
+	r.data = SessionData{Header: h, Context: c}
+	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner}
+	return nil
 }
 
 func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) error {
@@ -275,36 +376,47 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 		}
 		next = e.Seq
 	}
-	if in.Meta.LastSeq != next || in.Meta.SessionID != sid {
-		return fmt.Errorf("wal: %q: metadata says last seq %d of %q, entries end at %d",
-			sid, in.Meta.LastSeq, in.Meta.SessionID, next)
+	if in.Header.LastSeq != next || in.Header.SessionID != sid {
+		return fmt.Errorf("wal: %q: header says last seq %d of %q, entries end at %d",
+			sid, in.Header.LastSeq, in.Header.SessionID, next)
 	}
 	// Encode everything before writing anything, so a request that fails
 	// leaves nothing of itself in the group's batch.
-	kvs := make([][2][]byte, 0, len(in.Entries)+len(in.Sends)+1)
+	kvs := make([][2][]byte, 0, len(in.Entries)+len(in.Sends)+2)
 	for _, e := range in.Entries {
-		v, err := encode(e)
+		e.Epoch = c.epoch
+		v, err := msgpack.Marshal(e)
 		if err != nil {
 			return fmt.Errorf("wal: encode entry %d of %q: %w", e.Seq, sid, err)
 		}
 		kvs = append(kvs, [2][]byte{entryKey(sid, e.Seq), v})
 	}
-	for id, seq := range in.Sends {
-		kvs = append(kvs, [2][]byte{sendKey(sid, id), binary.BigEndian.AppendUint64(nil, seq)})
+	for _, s := range in.Sends {
+		kvs = append(kvs, [2][]byte{sendKey(sid, s.ID), binary.BigEndian.AppendUint64(nil, s.Seq)})
 	}
-	m := in.Meta
-	m.Epoch = c.epoch
-	v, err := encode(m)
+	h := in.Header
+	h.Epoch, h.Owner = c.epoch, c.owner
+	v, err := msgpack.Marshal(h)
 	if err != nil {
-		return fmt.Errorf("wal: encode metadata of %q: %w", sid, err)
+		return fmt.Errorf("wal: encode header of %q: %w", sid, err)
 	}
-	kvs = append(kvs, [2][]byte{metaKey(sid), v})
+	kvs = append(kvs, [2][]byte{headerKey(sid), v})
+	if in.Context != nil {
+		kvs = append(kvs, [2][]byte{contextKey(sid), in.Context})
+	}
+	if err := setAll(b, kvs); err != nil {
+		return err
+	}
+	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner}
+	return nil
+}
+
+func setAll(b *pebble.Batch, kvs [][2][]byte) error {
 	for _, kv := range kvs {
 		if err := b.Set(kv[0], kv[1], nil); err != nil {
 			return err
 		}
 	}
-	staged[sid] = &claim{epoch: c.epoch, lastSeq: next}
 	return nil
 }
 
@@ -312,17 +424,17 @@ func (l *Log) applyDelete(b *pebble.Batch, staged map[string]*claim, r *request)
 	if _, ok := l.claimOf(staged, r.sid); ok {
 		return nil // a live owner is using it
 	}
-	m, err := getMeta(b, r.sid)
+	h, err := getHeader(b, r.sid)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
-	// Corrupt metadata still lets a session be deleted: that is how an
-	// operator gets rid of it.
+	// An unreadable header still lets a session be deleted: that is how
+	// the sweep and an operator get rid of it.
 	var ce *CorruptError
 	if err != nil && !errors.As(err, &ce) {
 		return err
 	}
-	if err == nil && r.deleteIf != nil && !r.deleteIf(m) {
+	if err == nil && r.deleteIf != nil && !r.deleteIf(h) {
 		return nil
 	}
 	for _, p := range []byte{prefixEntry, prefixSend} {
@@ -330,33 +442,22 @@ func (l *Log) applyDelete(b *pebble.Batch, staged map[string]*claim, r *request)
 			return err
 		}
 	}
-	if err := b.Delete(metaKey(r.sid), nil); err != nil {
-		return err
+	for _, k := range [][]byte{headerKey(r.sid), contextKey(r.sid)} {
+		if err := b.Delete(k, nil); err != nil {
+			return err
+		}
 	}
 	r.deleted = true
 	return nil
 }
 
-// getMeta reads metadata from the store, or from a batch that sees its
-// own pending writes.
-func getMeta(r pebble.Reader, sid string) (Meta, error) {
-	v, closer, err := r.Get(metaKey(sid))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, sid)
-	}
-	if err != nil {
-		return Meta{}, fmt.Errorf("wal: read metadata of %q: %w", sid, err)
-	}
-	defer closer.Close()
-	return decodeMeta(sid, v)
+// isLocked reports whether Pebble refused a directory because another
+// process holds its lock file.
+func isLocked(err error) bool {
+	// Pebble's lock is an fcntl lock (EAGAIN from another process) plus an
+	// in-process table ("lock held by current process"). Matching any
+	// message with "lock" in it would also match "block" and blame a
+	// corrupt store on another process.
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
+		strings.Contains(err.Error(), "resource temporarily unavailable") || strings.Contains(err.Error(), "lock held by current process")
 }
-
-func setValue(b *pebble.Batch, key []byte, v any) error {
-	val, err := encode(v)
-	if err != nil {
-		return fmt.Errorf("wal: encode %q: %w", key, err)
-	}
-	return b.Set(key, val, nil)
-}
-
-func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // FormatVersion is the Pebble on-disk format the log is opened with. It is
@@ -21,38 +23,25 @@ const FormatVersion = pebble.FormatValueSeparation
 type Config struct {
 	// Dir is the Pebble directory; it is created if missing. Required.
 	Dir string
+	// NodeID is recorded as the owner of the sessions this log creates
+	// and claims (Header.Owner); empty on a single node.
+	NodeID string
 	// MaxBatch caps how many queued write requests one fsync carries.
-	// Default 256.
+	// Default 512.
 	MaxBatch int
-	// Retention is how long expired and completed sessions are kept after
-	// their last activity before the sweeper deletes them. Default 1h.
-	Retention time.Duration
-	// SweepInterval is how often the background sweeper runs; negative
-	// disables it (tests call Sweep directly). Default: a quarter of the
-	// retention, between 100ms and 1m, so a session is gone soon after
-	// its retention ends.
-	SweepInterval time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
 	// OnCommit, if set, is called after every fsynced batch with the number
 	// of requests and entries it carried (for metrics).
 	OnCommit func(requests, entries int)
+	// OnCorrupt, if set, is told of every stored record that could not be
+	// read (for metrics); the log also logs it.
+	OnCorrupt func(*CorruptError)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
 	if c.MaxBatch <= 0 {
-		c.MaxBatch = 256
-	}
-	if c.Retention <= 0 {
-		c.Retention = time.Hour
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = min(max(c.Retention/4, 100*time.Millisecond), time.Minute)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+		c.MaxBatch = 512
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -65,18 +54,20 @@ type Stats struct {
 	Requests uint64 // write requests they carried
 	Entries  uint64 // entries appended
 	Deleted  uint64 // sessions deleted
+	Corrupt  uint64 // unreadable records met
 }
 
 // Log is the durable store. All its methods are safe for concurrent use.
 type Log struct {
-	cfg  Config
-	db   *pebble.DB
-	reqs chan *request
+	cfg      Config
+	db       *pebble.DB
+	fsCloser io.Closer // stops the disk-health checks of db's FS
+	reqs     chan *request
 
 	// claims is owned by the committer goroutine.
 	claims map[string]claim
 
-	stats struct{ syncs, requests, entries, deleted atomic.Uint64 }
+	stats struct{ syncs, requests, entries, deleted, corrupt atomic.Uint64 }
 
 	// closedMu guards closed: reads and submissions hold it shared, so
 	// Close (exclusive) never races a request into a stopped committer or
@@ -84,9 +75,6 @@ type Log struct {
 	closedMu sync.RWMutex
 	closed   bool
 
-	// ctx is cancelled by Close, stopping a sweep in progress.
-	ctx       context.Context
-	cancel    context.CancelFunc
 	stop      chan struct{}
 	done      sync.WaitGroup
 	closeOnce sync.Once
@@ -96,50 +84,58 @@ type Log struct {
 type claim struct {
 	epoch   uint64
 	lastSeq uint64
+	owner   string
 }
 
-// New opens (or creates) the log in cfg.Dir and starts its committer and,
-// unless disabled, its retention sweeper.
+// New opens (or creates) the log in cfg.Dir and starts its committer. A
+// directory another process (or another Log of this process) holds open
+// is refused with a clear error.
 func New(cfg Config) (*Log, error) {
 	cfg.setDefaults()
 	if cfg.Dir == "" {
 		return nil, errors.New("wal: Config.Dir is required")
 	}
+	// The disk-health checking FS Pebble would make by default is only
+	// closed by DB.Close, so every failed Open (a directory in use) would
+	// leak its goroutine; the log makes and closes its own.
+	fs, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+		cfg.Logger.Warn("wal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+	})
 	db, err := pebble.Open(cfg.Dir, &pebble.Options{
+		FS:                 fs,
 		FormatMajorVersion: FormatVersion,
 		Logger:             quietLogger{cfg.Logger},
 	})
 	if err != nil {
+		fsCloser.Close()
+		if isLocked(err) {
+			return nil, fmt.Errorf("wal: %s is in use by another process or another Log of this one (another tether serve?): %w", cfg.Dir, err)
+		}
 		return nil, fmt.Errorf("wal: open %s: %w", cfg.Dir, err)
 	}
 	l := &Log{
-		cfg:    cfg,
-		db:     db,
-		reqs:   make(chan *request, cfg.MaxBatch),
-		claims: make(map[string]claim),
-		stop:   make(chan struct{}),
+		cfg:      cfg,
+		db:       db,
+		fsCloser: fsCloser,
+		reqs:     make(chan *request, cfg.MaxBatch),
+		claims:   make(map[string]claim),
+		stop:     make(chan struct{}),
 	}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.done.Add(1)
 	go l.commitLoop()
-	if cfg.SweepInterval > 0 {
-		l.done.Add(1)
-		go l.sweepLoop()
-	}
 	return l, nil
 }
 
-// Close stops the committer and sweeper and closes Pebble. Requests still
-// queued fail with ErrClosed. It is safe to call more than once.
+// Close stops the committer and closes Pebble. Requests still queued fail
+// with ErrClosed. It is safe to call more than once.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		l.closedMu.Lock()
 		l.closed = true
 		l.closedMu.Unlock()
 		close(l.stop)
-		l.cancel()
 		l.done.Wait()
-		l.closeErr = l.db.Close()
+		l.closeErr = errors.Join(l.db.Close(), l.fsCloser.Close())
 	})
 	return l.closeErr
 }
@@ -151,15 +147,8 @@ func (l *Log) Stats() Stats {
 		Requests: l.stats.requests.Load(),
 		Entries:  l.stats.entries.Load(),
 		Deleted:  l.stats.deleted.Load(),
+		Corrupt:  l.stats.corrupt.Load(),
 	}
-}
-
-// Meta reads a session's metadata without claiming it.
-func (l *Log) Meta(sid string) (Meta, error) {
-	if err := checkID(sid); err != nil {
-		return Meta{}, err
-	}
-	return l.readMeta(sid)
 }
 
 // open takes the shared close lock; it fails once the log is closed.
@@ -173,80 +162,121 @@ func (l *Log) open() error {
 	return nil
 }
 
-func (l *Log) readMeta(sid string) (Meta, error) {
+// corrupt records and logs an unreadable record.
+func (l *Log) corrupt(err *CorruptError) {
+	l.stats.corrupt.Add(1)
+	l.cfg.Logger.Error("unreadable record in the log", "session", err.SessionID, "what", err.What, "seq", err.Seq, "err", err.Err)
+	if l.cfg.OnCorrupt != nil {
+		l.cfg.OnCorrupt(err)
+	}
+}
+
+// Header reads a session's header without claiming it. It decodes nothing
+// the client wrote, so it is how ownership is checked.
+func (l *Log) Header(sid string) (Header, error) {
+	if err := CheckID(sid); err != nil {
+		return Header{}, err
+	}
 	if err := l.open(); err != nil {
-		return Meta{}, err
+		return Header{}, err
 	}
 	defer l.closedMu.RUnlock()
-	return getMeta(l.db, sid)
+	h, err := getHeader(l.db, sid)
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		l.corrupt(ce)
+	}
+	return h, err
+}
+
+// Load reads a session's header and context without claiming it. An
+// unreadable context is reported (OnCorrupt) and returned as nil: the
+// session stays reachable for its owner.
+func (l *Log) Load(sid string) (SessionData, error) {
+	h, err := l.Header(sid)
+	if err != nil {
+		return SessionData{}, err
+	}
+	if err := l.open(); err != nil {
+		return SessionData{}, err
+	}
+	defer l.closedMu.RUnlock()
+	c, err := getRaw(l.db, contextKey(sid))
+	if err != nil {
+		return SessionData{}, fmt.Errorf("wal: read context of %q: %w", sid, err)
+	}
+	return SessionData{Header: h, Context: c}, nil
 }
 
 // SendSeq returns the seq that a client send id became in the session, if
 // that id was seen before.
 func (l *Log) SendSeq(sid, id string) (uint64, bool, error) {
-	if err := checkID(sid); err != nil {
+	if err := CheckID(sid); err != nil {
 		return 0, false, err
 	}
 	if err := l.open(); err != nil {
 		return 0, false, err
 	}
 	defer l.closedMu.RUnlock()
-	v, closer, err := l.db.Get(sendKey(sid, id))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, false, nil
-	}
+	v, err := getRaw(l.db, sendKey(sid, id))
 	if err != nil {
 		return 0, false, fmt.Errorf("wal: read send id of %q: %w", sid, err)
 	}
-	defer closer.Close()
+	if v == nil {
+		return 0, false, nil
+	}
 	if len(v) != 8 {
-		return 0, false, &CorruptError{SessionID: sid, Err: fmt.Errorf("send id %q: value of %d bytes", id, len(v))}
+		ce := &CorruptError{SessionID: sid, What: "send id", Err: fmt.Errorf("send id %q: value of %d bytes", id, len(v))}
+		l.corrupt(ce)
+		return 0, false, ce
 	}
 	return beUint64(v), true, nil
 }
 
-// ReadAfter returns up to limit entries with seq > after, oldest first.
-func (l *Log) ReadAfter(sid string, after uint64, limit int) ([]Entry, error) {
-	if after == ^uint64(0) {
-		return nil, checkID(sid)
+// ScanSends calls fn with every send id of the session and its seq.
+func (l *Log) ScanSends(sid string, fn func(id string, seq uint64)) error {
+	if err := CheckID(sid); err != nil {
+		return err
 	}
-	return l.readRange(sid, after+1, ^uint64(0), limit, false)
-}
-
-// ReadBefore returns the up to limit newest entries with seq < before,
-// oldest first. before 0 means "the end of the log".
-func (l *Log) ReadBefore(sid string, before uint64, limit int) ([]Entry, error) {
-	if before == 0 {
-		before = ^uint64(0)
+	if err := l.open(); err != nil {
+		return err
 	}
-	return l.readRange(sid, 1, before, limit, true)
-}
-
-// readRange reads entries with lo <= seq < hi, taking limit from the low
-// end, or from the high end when newest is set. Only the returned keys are
-// read (plus the session's metadata, for its last seq). Every seq in the
-// range up to the last one must be there: a hole anywhere in what is
-// asked for, edges included, is reported as corruption.
-func (l *Log) readRange(sid string, lo, hi uint64, limit int, newest bool) ([]Entry, error) {
-	if err := checkID(sid); err != nil {
-		return nil, err
-	}
-	m, err := l.readMeta(sid)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil
-	}
+	defer l.closedMu.RUnlock()
+	lo := sessionPrefix(prefixSend, sid)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: sessionEnd(prefixSend, sid)})
 	if err != nil {
+		return fmt.Errorf("wal: scan send ids of %q: %w", sid, err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if v := it.Value(); len(v) == 8 {
+			fn(string(it.Key()[len(lo):]), beUint64(v))
+		}
+	}
+	return it.Error()
+}
+
+// Read returns the entries of sid with lo <= seq < hi, at most limit of
+// them, taken from the low end or, with newest, from the high end; oldest
+// first. The caller bounds hi by the session's last seq + 1 (it knows it:
+// Read does no header lookup). Every seq of the range is returned: an
+// entry that is missing or cannot be decoded comes back as a system entry
+// saying so (Unreadable), is reported through OnCorrupt, and never makes
+// the rest of the session unreadable.
+func (l *Log) Read(sid string, lo, hi uint64, limit int, newest bool) ([]Entry, error) {
+	if err := CheckID(sid); err != nil {
 		return nil, err
 	}
-	hi = min(hi, m.LastSeq+1)
+	lo = max(lo, 1)
 	if limit <= 0 || lo >= hi {
 		return nil, nil
 	}
-	want := min(uint64(limit), hi-lo)
-	if newest {
-		lo = hi - want
-	} else {
-		hi = lo + want
+	if want := uint64(limit); hi-lo > want {
+		if newest {
+			lo = hi - want
+		} else {
+			hi = lo + want
+		}
 	}
 	if err := l.open(); err != nil {
 		return nil, err
@@ -257,50 +287,63 @@ func (l *Log) readRange(sid string, lo, hi uint64, limit int, newest bool) ([]En
 		return nil, fmt.Errorf("wal: read %q: %w", sid, err)
 	}
 	defer it.Close()
-	out := make([]Entry, 0, want)
+	out := make([]Entry, 0, hi-lo)
+	next := lo
 	for ok := it.First(); ok; ok = it.Next() {
-		e, err := decodeAt(sid, it.Key(), it.Value())
-		if err != nil {
-			return nil, err
+		seq := beUint64(it.Key()[len(it.Key())-8:])
+		for ; next < seq; next++ {
+			out = append(out, l.unreadable(sid, next, errors.New("entry missing from the log")))
 		}
-		if next := lo + uint64(len(out)); e.Seq != next {
-			return nil, &CorruptError{SessionID: sid, Seq: next, Err: errors.New("entry missing from the log")}
+		e, err := decodeAt(sid, seq, it.Value())
+		if err != nil {
+			e = l.unreadable(sid, seq, err)
 		}
 		out = append(out, e)
+		next = seq + 1
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("wal: read %q: %w", sid, err)
 	}
-	if n := uint64(len(out)); n != want {
-		return nil, &CorruptError{SessionID: sid, Seq: lo + n, Err: errors.New("entry missing from the log")}
+	for ; next < hi; next++ {
+		out = append(out, l.unreadable(sid, next, errors.New("entry missing from the log")))
 	}
 	return out, nil
 }
 
-func decodeAt(sid string, key, val []byte) (Entry, error) {
-	seq := beUint64(key[len(key)-8:])
+// Unreadable marks the stand-in for an entry the log could not read.
+const Unreadable = "unreadable"
+
+func (l *Log) unreadable(sid string, seq uint64, err error) Entry {
+	l.corrupt(&CorruptError{SessionID: sid, Seq: seq, What: "entry", Err: err})
+	return Entry{
+		Seq: seq, Role: "system", Content: "[this entry could not be read from the log]",
+		Metadata: map[string]any{Unreadable: true},
+	}
+}
+
+func decodeAt(sid string, seq uint64, val []byte) (Entry, error) {
 	e, err := DecodeEntry(val)
 	if err != nil {
-		return Entry{}, &CorruptError{SessionID: sid, Seq: seq, Err: err}
+		return Entry{}, err
 	}
 	if e.Seq != seq {
-		return Entry{}, &CorruptError{SessionID: sid, Seq: seq, Err: fmt.Errorf("entry stored under seq %d says seq %d", seq, e.Seq)}
+		return Entry{}, fmt.Errorf("entry stored under seq %d says seq %d", seq, e.Seq)
 	}
 	return e, nil
 }
 
-// ScanMeta calls fn for every session's metadata, in session id order,
-// until fn returns an error or ctx is done. Undecodable metadata is passed
+// ScanHeaders calls fn for every session's header, in session id order,
+// until fn returns an error or ctx is done. An unreadable header is passed
 // to onCorrupt (if non-nil) and skipped, so one bad session cannot stop a
 // sweep or a recovery.
-func (l *Log) ScanMeta(ctx context.Context, fn func(Meta) error, onCorrupt func(error)) error {
+func (l *Log) ScanHeaders(ctx context.Context, fn func(Header) error, onCorrupt func(*CorruptError)) error {
 	if err := l.open(); err != nil {
 		return err
 	}
 	defer l.closedMu.RUnlock()
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMeta}, UpperBound: []byte{prefixMeta + 1}})
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHeader}, UpperBound: []byte{prefixHeader + 1}})
 	if err != nil {
-		return fmt.Errorf("wal: scan metadata: %w", err)
+		return fmt.Errorf("wal: scan headers: %w", err)
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
@@ -308,14 +351,17 @@ func (l *Log) ScanMeta(ctx context.Context, fn func(Meta) error, onCorrupt func(
 			return err
 		}
 		sid := string(it.Key()[1:])
-		m, err := decodeMeta(sid, it.Value())
+		h, err := decodeHeaderOf(sid, it.Value())
 		if err != nil {
+			var ce *CorruptError
+			errors.As(err, &ce)
+			l.corrupt(ce)
 			if onCorrupt != nil {
-				onCorrupt(err)
+				onCorrupt(ce)
 			}
 			continue
 		}
-		if err := fn(m); err != nil {
+		if err := fn(h); err != nil {
 			return err
 		}
 	}
@@ -328,18 +374,44 @@ func (l *Log) LastAlive() (time.Time, bool, error) {
 		return time.Time{}, false, err
 	}
 	defer l.closedMu.RUnlock()
-	v, closer, err := l.db.Get(keyAlive)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return time.Time{}, false, nil
-	}
+	v, err := getRaw(l.db, keyAlive)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("wal: read alive mark: %w", err)
 	}
-	defer closer.Close()
+	if v == nil {
+		return time.Time{}, false, nil
+	}
 	if len(v) != 8 {
 		return time.Time{}, false, fmt.Errorf("%w: alive mark of %d bytes", ErrCorrupt, len(v))
 	}
 	return time.Unix(0, int64(beUint64(v))), true, nil
+}
+
+// getRaw returns a copy of key's value, or nil when it is not there.
+func getRaw(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// getHeader reads a header from the store, or from a batch that sees its
+// own pending writes.
+func getHeader(r pebble.Reader, sid string) (Header, error) {
+	v, closer, err := r.Get(headerKey(sid))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Header{}, fmt.Errorf("%w: %q", ErrNotFound, sid)
+	}
+	if err != nil {
+		return Header{}, fmt.Errorf("wal: read header of %q: %w", sid, err)
+	}
+	defer closer.Close()
+	return decodeHeaderOf(sid, v)
 }
 
 type quietLogger struct{ l *slog.Logger }

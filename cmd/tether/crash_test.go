@@ -22,7 +22,7 @@ func TestCrashKeepsAckedEntries(t *testing.T) {
 	id := func(i int) string { return fmt.Sprintf("c-%03d", i) }
 	content := func(i int) string { return fmt.Sprintf("message %03d, crash or not", i) }
 
-	p := startServe(t, t.TempDir(), "--rate", "0")
+	p := startServe(t, t.TempDir(), "--rate", "0", "--max-turns", "1000")
 	tok := token(t, "alice")
 	c := dial(t, p.wsURL())
 	s := c.hello(tok, "", 0)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -17,9 +18,10 @@ func main() {
 	defer stop()
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 	if err := m.Run(ctx, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "tether:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return // help was asked for and printed
 		}
+		fmt.Fprintln(os.Stderr, "tether:", err)
 		os.Exit(2)
 	}
 }
@@ -33,12 +35,13 @@ type Main struct {
 const usage = `usage: tether <command> [flags]
 
 commands:
-  serve   run a node (HTTP + WebSocket)
-  token   print a signed token for a user
-  chat    terminal chat that resumes by itself
-  bench   load harness (not yet available)
+  serve     run a node (HTTP + WebSocket)
+  token     print a signed token for a user
+  chat      terminal chat that resumes by itself
+  bench     load harness (not yet available)
+  version   print the version
 
-Run "tether <command> -h" for a command's flags.`
+Run "tether <command> --help" for a command's flags.`
 
 // Run runs the command named by args[0].
 func (m *Main) Run(ctx context.Context, args []string) error {
@@ -58,24 +61,29 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(m.Stdout, usage)
 		return nil
+	case "version", "-version", "--version":
+		fmt.Fprintln(m.Stdout, "tether", version())
+		return nil
 	}
 	fmt.Fprintln(m.Stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// newFlags makes a flag set whose errors and help go to m.Stderr.
-func (m *Main) newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("tether "+name, flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	return fs
-}
-
-// env returns the environment variable's value, or def when it is unset:
-// flags take their defaults from the environment, and a flag given on the
-// command line wins over both.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
+// version is the module version the binary was built from, with the VCS
+// revision when the build recorded one.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
 	}
-	return def
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "+dirty"
+		}
+	}
+	return v + " " + bi.GoVersion
 }

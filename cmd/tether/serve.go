@@ -6,18 +6,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/gateway/node"
 )
 
 // serveConfig is everything `tether serve` is told, after flags and
@@ -27,66 +26,102 @@ type serveConfig struct {
 	replicas                                          int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
 	idleTimeout                                       time.Duration
-	replayLimit, maxContent                           int
+	replayLimit, maxContent, maxContext, maxTurns     int
+	maxSessions, tailBytes, maxQueue                  int
 	maxFrame                                          int64
 	rate                                              float64
-	jwtSecret, agent, logLevel                        string
-	devTokens                                         bool
+	jwtSecret, agent, logLevel, logFormat, origins    string
+	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 }
 
 func (m *Main) parseServe(args []string) (serveConfig, error) {
 	var c serveConfig
 	fs := m.newFlags("serve")
-	fs.StringVar(&c.listen, "listen", env("TETHER_LISTEN", "127.0.0.1:8080"), "HTTP + WebSocket address [TETHER_LISTEN]")
-	fs.StringVar(&c.data, "data", env("TETHER_DATA", "./data"), "Pebble directory [TETHER_DATA]")
-	fs.StringVar(&c.nodeID, "node-id", "", "unique node name (default: host:port of --listen)")
-	fs.StringVar(&c.gossip, "gossip", env("TETHER_GOSSIP", "127.0.0.1:7946"), "memberlist bind address [TETHER_GOSSIP] (cluster: not yet built)")
-	fs.StringVar(&c.join, "join", env("TETHER_JOIN", ""), "seed nodes to join [TETHER_JOIN] (cluster: not yet built)")
-	replicas, err := strconv.Atoi(env("TETHER_REPLICAS", "2"))
-	if err != nil {
-		return c, fmt.Errorf("TETHER_REPLICAS: %w", err)
+	str := func(p *string, name, def, usage string) {
+		fs.StringVar(p, name, def, usage)
+		fs.bind(name, envName(name))
 	}
-	fs.IntVar(&c.replicas, "replicas", replicas, "copies of each entry in a cluster [TETHER_REPLICAS]")
-	durFlag(fs, &c.window, "window", "TETHER_WINDOW", 5*time.Minute, "reconnect window")
-	durFlag(fs, &c.retention, "retention", "TETHER_RETENTION", time.Hour, "keep expired/completed sessions this long")
-	fs.IntVar(&c.replayLimit, "replay-limit", 50, "entries in one resume batch")
-	fs.DurationVar(&c.helloTimeout, "hello-timeout", 10*time.Second, "time allowed for the first frame")
+	dur := func(p *time.Duration, name string, def time.Duration, usage string) {
+		fs.DurationVar(p, name, def, usage)
+		fs.bind(name, envName(name))
+	}
+	num := func(p *int, name string, def int, usage string) {
+		fs.IntVar(p, name, def, usage)
+		fs.bind(name, envName(name))
+	}
+	str(&c.listen, "listen", "127.0.0.1:8080", "HTTP + WebSocket address")
+	str(&c.data, "data", "./data", "Pebble directory")
+	str(&c.nodeID, "node-id", "", "unique node name (default: host:port of --listen)")
+	str(&c.gossip, "gossip", "127.0.0.1:7946", "memberlist bind address")
+	str(&c.join, "join", "", "seed nodes to join, comma-separated host:port")
+	num(&c.replicas, "replicas", 2, "copies of each entry in a cluster")
+	dur(&c.window, "window", 5*time.Minute, "reconnect window")
+	dur(&c.retention, "retention", time.Hour, "keep expired/completed sessions this long after their last activity")
+	num(&c.replayLimit, "replay-limit", 50, "entries in one resume batch")
+	dur(&c.helloTimeout, "hello-timeout", 10*time.Second, "time allowed for the first frame")
 	fs.Int64Var(&c.maxFrame, "max-frame", 65536, "bytes per client message")
-	fs.IntVar(&c.maxContent, "max-content", 32768, "bytes of one send's content")
-	fs.DurationVar(&c.reauthMaxAge, "reauth-max-age", 5*time.Minute, "auth_time age accepted for sensitive sessions")
-	fs.StringVar(&c.jwtSecret, "jwt-secret", env("TETHER_JWT_SECRET", ""), "HS256 secret [TETHER_JWT_SECRET]")
-	fs.StringVar(&c.clusterSecret, "cluster-secret", env("TETHER_CLUSTER_SECRET", ""), "gossip encryption + node-link auth [TETHER_CLUSTER_SECRET]")
-	fs.Float64Var(&c.rate, "rate", 50, "sends per second per connection, bursts of 2x (0: no limit)")
-	fs.StringVar(&c.agent, "agent", env("TETHER_AGENT", "echo"), "agent engine: echo|demo|openai [TETHER_AGENT]")
-	fs.BoolVar(&c.devTokens, "dev-tokens", false, "enable POST /dev/token")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
-	fs.DurationVar(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo engine's search tool takes")
+	fs.bind("max-frame", envName("max-frame"))
+	num(&c.maxContent, "max-content", 32768, "bytes of one send's content")
+	num(&c.maxContext, "max-context", 64<<10, "bytes of a session's user context")
+	num(&c.maxTurns, "max-turns", 64, "user messages waiting for the agent in one session")
+	num(&c.maxSessions, "max-sessions-per-user", 100, "live sessions per user on this node (-1: no limit)")
+	num(&c.tailBytes, "tail-bytes", 256<<10, "bytes of newest entries an active session keeps in memory")
+	num(&c.maxQueue, "max-queue-bytes", 4<<20, "bytes waiting to be written to one client before it is closed (1013)")
+	dur(&c.reauthMaxAge, "reauth-max-age", 5*time.Minute, "auth_time age accepted for sensitive sessions")
+	str(&c.jwtSecret, "jwt-secret", "", "HS256 secret")
+	str(&c.clusterSecret, "cluster-secret", "", "gossip encryption + node-link auth")
+	fs.Float64Var(&c.rate, "rate", 50, "client frames per second per connection, bursts of 2x (0: no limit)")
+	fs.bind("rate", envName("rate"))
+	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai")
+	fs.BoolVar(&c.devTokens, "dev-tokens", false, "enable POST /dev/token (loopback --listen only)")
+	fs.bind("dev-tokens", envName("dev-tokens"))
+	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
+	str(&c.origins, "allowed-origins", "", "browser origins allowed besides the node's own host, comma-separated (* for any)")
+	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
+	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo engine's search tool takes")
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug|info|warn|error")
+	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
+	str(&c.logFormat, "log-format", "text", "text|json")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
-	}
+	return c, c.check()
+}
+
+// envName is the environment variable of a serve flag: TETHER_ and the
+// flag in upper case.
+func envName(flagName string) string {
+	return "TETHER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (c *serveConfig) check() error {
 	switch {
 	case c.window <= 0 || c.retention <= 0 || c.helloTimeout <= 0 || c.reauthMaxAge <= 0 || c.idleTimeout <= 0:
-		return c, errors.New("serve: durations must be positive")
+		return errors.New("serve: durations must be positive")
 	case c.replayLimit < 1 || c.maxFrame < 256 || c.maxContent < 1 || c.rate < 0 || c.replicas < 1:
-		return c, errors.New("serve: --replay-limit, --max-content and --replicas must be ≥ 1, --max-frame ≥ 256, --rate ≥ 0")
+		return errors.New("serve: --replay-limit, --max-content and --replicas must be ≥ 1, --max-frame ≥ 256, --rate ≥ 0")
+	case c.maxContext < 2 || c.maxTurns < 1 || c.tailBytes < 1 || c.maxQueue < 1<<16:
+		return errors.New("serve: --max-context ≥ 2, --max-turns and --tail-bytes ≥ 1, --max-queue-bytes ≥ 65536")
 	case c.agent != "echo" && c.agent != "demo" && c.agent != "openai":
-		return c, fmt.Errorf("serve: unknown --agent %q (echo|demo|openai)", c.agent)
+		return fmt.Errorf("serve: unknown --agent %q (echo|demo|openai)", c.agent)
 	case c.agent == "openai":
-		return c, errors.New("serve: the openai engine is not built yet; use echo or demo")
+		return errors.New("serve: the openai engine is not built yet; use echo or demo")
+	case c.logFormat != "text" && c.logFormat != "json":
+		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("serve: unknown --log-level %q (debug|info|warn|error)", c.logLevel)
 	}
 	if c.clusterSecret == "" && !loopback(c.gossip) {
-		return c, fmt.Errorf("serve: --gossip %s is not a loopback address: set --cluster-secret (or TETHER_CLUSTER_SECRET)", c.gossip)
+		return fmt.Errorf("serve: --gossip %s is not a loopback address: set --cluster-secret (or TETHER_CLUSTER_SECRET)", c.gossip)
 	}
-	if c.nodeID == "" {
-		c.nodeID = c.listen
+	if c.devTokens && !loopback(c.listen) && !c.devTokensAnywhere {
+		return fmt.Errorf("serve: --dev-tokens lets anyone who reaches the node log in as anyone; --listen %s is not loopback: "+
+			"add --dev-tokens-anywhere if you mean it", c.listen)
 	}
-	return c, nil
+	return nil
 }
 
 // loopback reports whether addr (host:port) names a loopback host.
@@ -102,15 +137,14 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func durFlag(fs interface {
-	DurationVar(*time.Duration, string, time.Duration, string)
-}, p *time.Duration, name, envName string, def time.Duration, usage string) {
-	if v, ok := os.LookupEnv(envName); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			def = d
-		}
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	fs.DurationVar(p, name, def, fmt.Sprintf("%s [%s]", usage, envName))
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 func (m *Main) serve(ctx context.Context, args []string) error {
@@ -118,7 +152,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: parseLevel(c.logLevel)}))
+	logger := newLogger(m.Stderr, c.logLevel, c.logFormat)
 	if c.join != "" {
 		logger.Warn("clustering is not built yet: --join is ignored and this node runs alone", "join", c.join)
 	}
@@ -129,74 +163,46 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	metrics := gateway.NewMetrics()
-	// The registry runs the retention sweep, after its boot recovery.
-	log, err := wal.New(wal.Config{Dir: c.data, Retention: c.retention, SweepInterval: -1, OnCommit: metrics.ObserveCommit, Logger: logger})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+	if c.devTokens {
+		logger.Warn("dev tokens are on: POST /dev/token gives anyone a token for any user")
 	}
-	defer log.Close()
 	var engine actor.Engine = actor.Echo{}
 	if c.agent == "demo" {
 		engine = actor.NewDemo(c.demo)
 	}
-	reg, err := actor.New(actor.Config{
-		Journal: log, Engine: engine, Window: c.window, ReplayLimit: c.replayLimit,
-		IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, Logger: logger,
-		SweepInterval: min(max(c.retention/4, 100*time.Millisecond), time.Minute),
+	var origins []string
+	if c.origins != "" {
+		origins = strings.Split(c.origins, ",")
+	}
+	n, err := node.New(node.Config{
+		Dir: c.data, Listen: c.listen, NodeID: c.nodeID, Logger: logger,
+		Actor: actor.Config{
+			Engine: engine, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
+			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns,
+			MaxContextBytes: c.maxContext, MaxSessionsPerUser: c.maxSessions, TailBytes: c.tailBytes,
+		},
+		Gateway: gateway.Config{
+			Secret: secret, DevTokens: c.devTokens, HelloTimeout: c.helloTimeout, MaxFrame: c.maxFrame,
+			MaxContent: c.maxContent, Rate: c.rate, NoRateLimit: c.rate == 0, MaxQueueBytes: c.maxQueue,
+			AllowedOrigins: origins,
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	defer reg.Close()
-	metrics.Watch(log.Stats, reg.Stats)
-	var draining atomic.Bool
-	ready := func() error {
-		if draining.Load() {
-			return errors.New("shutting down")
-		}
-		_, _, err := log.LastAlive() // the store answers reads
-		return err
-	}
-	srv, err := gateway.New(gateway.Config{
-		Backend: gateway.Local(reg), Secret: secret, DevTokens: c.devTokens, Ready: ready,
-		HelloTimeout: c.helloTimeout, MaxFrame: c.maxFrame, MaxContent: c.maxContent,
-		Rate: c.rate, NoRateLimit: c.rate == 0, Metrics: metrics, Logger: logger,
-	})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if c.nodeID == "" || strings.HasSuffix(c.nodeID, ":0") {
-		c.nodeID = ln.Addr().String()
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String(), "node", c.nodeID, "agent", c.agent)
+	logger.Info("listening", "addr", n.Addr, "node", n.ID, "agent", c.agent)
 
 	select {
-	case err := <-served:
+	case err := <-n.Served():
+		n.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down", "node", c.nodeID)
-	draining.Store(true)
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	// Actors close their clients with 1012 and keep their state in the log.
-	if err := reg.Close(); err != nil {
-		logger.Error("close sessions", "err", err)
+	logger.Info("shutting down", "node", n.ID)
+	if err := n.Close(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	_ = srv.Close()
-	if err := log.Close(); err != nil {
-		return fmt.Errorf("serve: close log: %w", err)
-	}
-	logger.Info("stopped", "node", c.nodeID)
+	logger.Info("stopped", "node", n.ID)
 	return nil
 }
 
@@ -222,12 +228,4 @@ func jwtSecret(c serveConfig) ([]byte, error) {
 		return nil, fmt.Errorf("serve: keep dev secret: %w", err)
 	}
 	return secret, nil
-}
-
-func parseLevel(s string) slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return slog.LevelInfo
-	}
-	return l
 }

@@ -11,7 +11,8 @@ import (
 func (m *Main) token(args []string) error {
 	fs := m.newFlags("token")
 	user := fs.String("user", "", "user id (the token's sub), required")
-	secret := fs.String("secret", env("TETHER_JWT_SECRET", ""), "HS256 secret [TETHER_JWT_SECRET]")
+	secret := fs.String("secret", "", "HS256 secret [TETHER_JWT_SECRET]")
+	fs.bind("secret", "TETHER_JWT_SECRET")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
 	authAge := fs.Duration("auth-age", 0, "how long ago the user logged in (auth_time = now - this); negative omits auth_time")
 	if err := fs.Parse(args); err != nil {

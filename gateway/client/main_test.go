@@ -52,7 +52,7 @@ func newNode(t *testing.T, o nodeOpts) *node {
 func newNodes(t *testing.T, o nodeOpts) []*node {
 	t.Helper()
 	secret := []byte("client-test-secret")
-	l, err := wal.New(wal.Config{Dir: t.TempDir(), SweepInterval: -1, Logger: quiet})
+	l, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,71 @@
+package actor
+
+import (
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// sendIndex answers "was this send id seen before in the session?" without
+// a store read in the common case. Ids of the entries in memory (the tail,
+// and sends not yet durable) are in recent, with their seq. Every older id
+// is in a bloom filter loaded when the session is activated: a miss there
+// is certain and costs nothing, a hit (rarely a false one) is confirmed by
+// one store read. The filters grow by doubling, so a session of any length
+// pays a few bits per id.
+type sendIndex struct {
+	recent  map[string]uint64
+	filters []*bloom.BloomFilter
+	counts  []uint // ids in each filter
+	caps    []uint // ids each filter was sized for
+}
+
+// falsePositives is the bloom filters' target false positive rate.
+const falsePositives = 0.01
+
+// firstFilter is the capacity of the first filter; each next one doubles.
+const firstFilter = 256
+
+func newSendIndex() sendIndex { return sendIndex{recent: make(map[string]uint64)} }
+
+// seen returns the seq id became, when it is known without the store.
+func (x *sendIndex) seen(id string) (uint64, bool) {
+	seq, ok := x.recent[id]
+	return seq, ok
+}
+
+// mayBeOlder reports whether id may be among the older ids (a store read
+// tells for sure).
+func (x *sendIndex) mayBeOlder(id string) bool {
+	for _, f := range x.filters {
+		if f.TestString(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// add records a send id seen in memory.
+func (x *sendIndex) add(id string, seq uint64) { x.recent[id] = seq }
+
+// retire moves id out of memory into the filters (its entry left the tail).
+func (x *sendIndex) retire(id string) {
+	if _, ok := x.recent[id]; !ok {
+		return
+	}
+	delete(x.recent, id)
+	x.addOlder(id)
+}
+
+// addOlder puts id in the newest filter, starting a twice larger one when
+// that is full.
+func (x *sendIndex) addOlder(id string) {
+	n := len(x.filters)
+	if n == 0 || x.counts[n-1] >= x.caps[n-1] {
+		capacity := uint(firstFilter) << min(n, 20)
+		x.filters = append(x.filters, bloom.NewWithEstimates(capacity, falsePositives))
+		x.counts = append(x.counts, 0)
+		x.caps = append(x.caps, capacity)
+		n++
+	}
+	x.filters[n-1].AddString(id)
+	x.counts[n-1]++
+}

@@ -1,0 +1,101 @@
+package actor
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// startStep runs the engine for the turn answering userSeq in a goroutine
+// the actor owns; its decision comes back as evAction.
+func (a *actor) startStep(userSeq uint64) {
+	in, err := a.turnInput(userSeq)
+	if err != nil {
+		a.run(a.s.Step(a.reg.clock.Now(), evAction{userSeq: userSeq, err: err}))
+		return
+	}
+	ctx, cancel := a.turnContext()
+	a.turns.Add(1)
+	go func() {
+		defer a.turns.Done()
+		defer cancel()
+		act, err := a.reg.cfg.Engine.Next(ctx, in)
+		if ctx.Err() != nil {
+			return // abandoned; a later activation picks the turn up again
+		}
+		a.post(evAction{userSeq: userSeq, action: act, err: err})
+	}()
+}
+
+func (a *actor) runTool(c ToolCall) {
+	t, ok := a.reg.cfg.Engine.Tool(c.Name)
+	if !ok {
+		a.run(a.s.Step(a.reg.clock.Now(), evToolDone{callID: c.CallID, err: fmt.Errorf("unknown tool %q", c.Name)}))
+		return
+	}
+	a.reg.toolRuns.Add(1)
+	a.reg.log.Debug("tool run", "session", a.sid, "tool", c.Name, "call_id", c.CallID)
+	ctx, cancel := a.turnContext()
+	a.turns.Add(1)
+	go func() {
+		defer a.turns.Done()
+		defer cancel()
+		progress := func(p string) { a.post(evToolProgress{callID: c.CallID, partial: p}) }
+		res, err := t.Run(ctx, c.Args, progress)
+		if ctx.Err() != nil {
+			// Cut short by shutdown or by the turn being abandoned: the
+			// outcome is decided by whoever activates the session next.
+			return
+		}
+		a.post(evToolDone{callID: c.CallID, result: res, err: err})
+	}()
+}
+
+// turnInput builds what the engine sees from the session's memory: the
+// user entry, this turn's tool entries and the entries before it come
+// from the tail, and only what has left the tail is read from the log.
+func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
+	s := a.s
+	user, err := a.entries(userSeq, userSeq+1)
+	if err != nil {
+		return TurnInput{}, err
+	}
+	if len(user) != 1 {
+		return TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
+	}
+	steps := make([]wal.Entry, 0, len(s.st.Steps))
+	for _, seq := range s.st.Steps {
+		e, err := a.entries(seq, seq+1)
+		if err != nil {
+			return TurnInput{}, err
+		}
+		steps = append(steps, e...)
+	}
+	hist, err := a.entries(userSeq-min(userSeq-1, HistoryLen), userSeq)
+	if err != nil {
+		return TurnInput{}, err
+	}
+	return TurnInput{
+		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
+		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
+	}, nil
+}
+
+// entries returns the durable entries lo <= seq < hi, from the tail where
+// it has them and from the log for what is older. The result is a copy.
+func (a *actor) entries(lo, hi uint64) ([]wal.Entry, error) {
+	hi = min(hi, a.s.durableSeq()+1)
+	if lo >= hi {
+		return nil, nil
+	}
+	out := make([]wal.Entry, 0, hi-lo)
+	if f := a.s.tail.first(); lo < f {
+		older, err := a.reg.cfg.Journal.Read(a.sid, lo, min(hi, f), int(min(hi, f)-lo), false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, older...)
+	}
+	return append(out, a.s.tail.span(lo, hi)...), nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// flags is a command's flag set. A flag may be bound to an environment
+// variable, which then gives its default and is checked exactly like the
+// flag (TETHER_WINDOW=abc is an error, not the default). A bad flag is
+// one line and a hint; -h and --help print the flags and succeed.
+type flags struct {
+	*flag.FlagSet
+	cmd    string
+	stdout io.Writer
+	bound  [][2]string // flag name, environment variable
+}
+
+func (m *Main) newFlags(name string) *flags {
+	fs := flag.NewFlagSet("tether "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by Parse, in one line
+	return &flags{FlagSet: fs, cmd: name, stdout: m.Stdout}
+}
+
+// bind makes the flag take its default from the environment variable.
+func (f *flags) bind(flagName, envName string) {
+	f.bound = append(f.bound, [2]string{flagName, envName})
+}
+
+// Parse applies the bound environment variables, then args.
+func (f *flags) Parse(args []string) error {
+	for _, b := range f.bound {
+		if v, ok := os.LookupEnv(b[1]); ok {
+			if err := f.Set(b[0], v); err != nil {
+				return fmt.Errorf("%s: %s=%q: %v", f.cmd, b[1], v, unwrapFlagErr(err))
+			}
+		}
+	}
+	err := f.FlagSet.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(f.stdout, "usage: tether %s [flags]\n\nflags:\n", f.cmd)
+		f.SetOutput(f.stdout)
+		f.PrintDefaults()
+		return flag.ErrHelp
+	case err != nil:
+		return fmt.Errorf("%s: %v (run \"tether %s --help\" for the flags)", f.cmd, err, f.cmd)
+	case f.NArg() > 0:
+		return fmt.Errorf("%s: unexpected argument %q (run \"tether %s --help\" for the flags)", f.cmd, f.Arg(0), f.cmd)
+	}
+	return nil
+}
+
+// unwrapFlagErr trims the flag package's wording around a value's error.
+func unwrapFlagErr(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+// env returns the environment variable's value, or def when it is unset.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

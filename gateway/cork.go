@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"net"
+	"sync"
+)
+
+// corkListener wraps every accepted connection in a corkConn, so that a
+// connection's writer can put several WebSocket frames on the wire with
+// one write: gorilla writes each frame to the socket as it ends it, and
+// the socket is the only place to gather them.
+type corkListener struct {
+	net.Listener
+	pool *sync.Pool // of *[]byte gathering buffers: an idle connection holds none
+}
+
+func (l corkListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &corkConn{Conn: c, pool: l.pool}, nil
+}
+
+// corkConn passes writes straight through, except between cork and
+// uncork, when it gathers them and writes them at uncork in one go. Only
+// the connection's one writer goroutine corks.
+type corkConn struct {
+	net.Conn
+	pool   *sync.Pool
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+	// writes counts the writes that reached the socket (tests).
+	writes int
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.corked {
+		c.buf = append(c.buf, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	c.writes++
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		c.corked = true
+		c.buf = (*c.pool.Get().(*[]byte))[:0]
+	}
+}
+
+// uncork writes what was gathered, with one write.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	buf := c.buf
+	c.corked, c.buf = false, nil
+	if len(buf) > 0 {
+		c.writes++
+	}
+	c.mu.Unlock()
+	var err error
+	if len(buf) > 0 {
+		_, err = c.Conn.Write(buf)
+	}
+	if cap(buf) <= 256<<10 {
+		buf = buf[:0]
+		c.pool.Put(&buf)
+	}
+	return err
+}
+
+// Writes reports how many writes reached the socket.
+func (c *corkConn) Writes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes
+}
