@@ -38,6 +38,16 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitClosed waits for ch to be closed, failing the test after waitFor.
+func waitClosed(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
 // logRecorder is a slog handler that keeps messages (at any level) so a
 // test can wait for something to have been logged, and passes them on to
 // quiet.
