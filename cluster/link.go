@@ -365,6 +365,17 @@ func (l *Link) dropped(c *conn) {
 	}
 }
 
+// PeerID returns the node id the peer at addr proved on the live
+// connection this Link dialed to it, or "" when there is none.
+func (l *Link) PeerID(addr string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.peers[addr]; p != nil && p.conn != nil && !p.conn.isDown() {
+		return p.conn.peer
+	}
+	return ""
+}
+
 // Close closes every connection (peers see the close), fails pending
 // calls and open streams with ErrClosed, and waits for the goroutines the
 // Link started, Serve and Accept calls included. Safe to call twice.

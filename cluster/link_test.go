@@ -52,6 +52,12 @@ func TestLinkManyConcurrentCallsOneConnection(t *testing.T) {
 	if n := b.acceptedCount(); n != 1 {
 		t.Fatalf("b accepted %d connections, want 1", n)
 	}
+	if id := a.PeerID(b.addr); id != "b" {
+		t.Fatalf("PeerID = %q, want b", id)
+	}
+	if id := a.PeerID("127.0.0.1:1"); id != "" {
+		t.Fatalf("PeerID of an unknown address = %q", id)
+	}
 }
 
 func TestLinkRemoteErrors(t *testing.T) {

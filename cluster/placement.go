@@ -156,7 +156,10 @@ func (p *Placement) PartitionReplicas(part, n int) []string {
 }
 
 // Warm computes the replica chains of every partition up to length n, so
-// later calls never take the slow path. Optional.
+// later calls never take the slow path (which builds a ring for a member
+// subset: ~0.4 ms with 9 members). Optional; with 9 members Warm(2) takes
+// ~6 ms, Warm(3) ~11 ms, so call it where the Placement is built (on a
+// membership change), not on a request path.
 func (p *Placement) Warm(n int) {
 	if len(p.members) == 0 {
 		return
