@@ -72,8 +72,12 @@ type Header struct {
 	// Epoch is the owner epoch, bumped by every Claim; Owner names the
 	// node that claimed it (empty on a single node). An epoch belongs to
 	// one owner: a replica refuses the same epoch from another node.
-	Epoch     uint64 `msgpack:"ep"`
-	Owner     string `msgpack:"ow,omitempty"`
+	Epoch uint64 `msgpack:"ep"`
+	Owner string `msgpack:"ow,omitempty"`
+	// LastEpoch is the epoch the last entry was written under: of two
+	// copies of a log, the one whose last entry has the newer epoch, then
+	// the longer one, is the one every acknowledged entry is in.
+	LastEpoch uint64 `msgpack:"le,omitempty"`
 	Sensitive bool   `msgpack:"se,omitempty"`
 	State     []byte `msgpack:"x,omitempty"`
 }
@@ -222,3 +226,5 @@ func Unmarshal(b []byte, v any) error {
 	}
 	return msgpack.Unmarshal(b, v)
 }
+
+func beBytes(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }

@@ -39,6 +39,7 @@ const (
 	reqRelease
 	reqDelete
 	reqAlive
+	reqCopy
 )
 
 type request struct {
@@ -50,6 +51,7 @@ type request struct {
 	at    time.Time
 	// deleteIf is re-checked against the stored header by the committer.
 	deleteIf func(Header) bool
+	copy     Copy
 
 	data    SessionData // result of create/claim
 	deleted bool
@@ -305,6 +307,8 @@ func (l *Log) apply(b *pebble.Batch, staged map[string]*claim, r *request) error
 		return nil
 	case reqDelete:
 		return l.applyDelete(b, staged, r)
+	case reqCopy:
+		return l.applyCopy(b, staged, r)
 	case reqAlive:
 		return b.Set(keyAlive, binary.BigEndian.AppendUint64(nil, uint64(r.at.UnixNano())), nil)
 	}
@@ -346,7 +350,14 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 	if err != nil {
 		return fmt.Errorf("wal: read context of %q: %w", r.sid, err)
 	}
-	h.Epoch++
+	switch {
+	case r.epoch == 0:
+		h.Epoch++
+	case r.epoch <= h.Epoch:
+		return fmt.Errorf("%w: %q is at epoch %d, claim asks for %d", ErrStaleEpoch, r.sid, h.Epoch, r.epoch)
+	default:
+		h.Epoch = r.epoch
+	}
 	h.Owner = r.owner
 	v, err := msgpack.Marshal(h)
 	if err != nil {
@@ -356,7 +367,7 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 		return err
 	}
 	r.data = SessionData{Header: h, Context: c}
-	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner}
+	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner, lastEpoch: h.LastEpoch}
 	return nil
 }
 
@@ -394,8 +405,11 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 	for _, s := range in.Sends {
 		kvs = append(kvs, [2][]byte{sendKey(sid, s.ID), binary.BigEndian.AppendUint64(nil, s.Seq)})
 	}
+	if len(in.Entries) > 0 {
+		c.lastEpoch = c.epoch
+	}
 	h := in.Header
-	h.Epoch, h.Owner = c.epoch, c.owner
+	h.Epoch, h.Owner, h.LastEpoch = c.epoch, c.owner, c.lastEpoch
 	v, err := msgpack.Marshal(h)
 	if err != nil {
 		return fmt.Errorf("wal: encode header of %q: %w", sid, err)
@@ -407,7 +421,7 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 	if err := setAll(b, kvs); err != nil {
 		return err
 	}
-	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner}
+	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner, lastEpoch: c.lastEpoch}
 	return nil
 }
 

@@ -82,9 +82,10 @@ type Log struct {
 }
 
 type claim struct {
-	epoch   uint64
-	lastSeq uint64
-	owner   string
+	epoch     uint64
+	lastSeq   uint64
+	owner     string
+	lastEpoch uint64 // of the last entry
 }
 
 // New opens (or creates) the log in cfg.Dir and starts its committer. A

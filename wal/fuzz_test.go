@@ -1,0 +1,141 @@
+package wal
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func FuzzDecodeEntry(f *testing.F) {
+	seeds := []Entry{
+		{Seq: 1, Role: "user", Content: "hello"},
+		{Seq: 2, Role: "assistant", Content: "Hi! How can I help?", Time: 1.7e9 + 0.25, Epoch: 3},
+		{Seq: 3, Role: "tool", Content: "", Time: -1, Metadata: map[string]any{"call_id": "c1", "status": "started", "n": 3, "args": map[string]any{"q": []any{"a", 1.5, true, nil}}}},
+		{Seq: 1<<64 - 1, Role: "\x00\xff", Content: string(make([]byte, 300))},
+		{Seq: 4, Role: "user", Metadata: map[string]any{"deep": nest(MaxValueDepth, true, "x")}},
+	}
+	for _, e := range seeds {
+		b, err := EncodeEntry(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)/2])
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0xc1})
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	// A length header far beyond the input.
+	f.Add([]byte{0x82, 0xa1, 'q', 0x01, 0xa1, 'c', 0xdb, 0x7f, 0xff, 0xff, 0xff})
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := DecodeEntry(data)
+		if err != nil {
+			if e.Seq != 0 || e.Role != "" || e.Content != "" || e.Metadata != nil {
+				t.Fatalf("failed decode returned a non-zero entry %+v", e)
+			}
+			return
+		}
+		if e.Seq == 0 {
+			t.Fatalf("decoded an entry without seq: %+v", e)
+		}
+		b, err := EncodeEntry(e)
+		if err != nil {
+			t.Fatalf("re-encoding decoded entry %+v: %v", e, err)
+		}
+		e2, err := DecodeEntry(b)
+		if err != nil {
+			t.Fatalf("decoding re-encoded entry %+v (%x): %v", e, b, err)
+		}
+		if e2.Seq != e.Seq || e2.Role != e.Role || e2.Content != e.Content || e2.Epoch != e.Epoch {
+			t.Fatalf("round trip changed the entry: %+v -> %+v", e, e2)
+		}
+		if e2.Time != e.Time && !(e.Time != e.Time && e2.Time != e2.Time) { // NaN stays NaN
+			t.Fatalf("round trip changed the time: %v -> %v", e.Time, e2.Time)
+		}
+	})
+}
+
+// FuzzValueRoundTrip: whatever JSON a client may send, if CheckValue lets
+// it in, the log stores it as an entry's metadata and reads it back
+// unchanged (as the client would see it: its JSON).
+func FuzzValueRoundTrip(f *testing.F) {
+	seed := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, mapsFirst := range []bool{true, false} {
+		seed(nest(MaxValueDepth, mapsFirst, "leaf"))
+		seed(nest(MaxValueDepth-1, mapsFirst, map[string]any{}))
+		seed(nest(MaxValueDepth+1, mapsFirst, 1.0)) // refused at the door
+	}
+	wide := map[string]any{}
+	for i := range 100 {
+		wide[fmt.Sprint("k", i)] = []any{float64(i), fmt.Sprint(i), i%2 == 0, nil}
+	}
+	seed(wide)
+	seed(make([]any, 500))
+	seed(strings.Repeat("s", 3000))
+	for _, s := range []string{
+		`null`, `true`, `0`, `-0`, `1e308`, `-1.5e-300`, `123456789012345678901234567890`, `""`,
+		`"\u0000\ud83d\ude00é"`, `{}`, `[]`, `{"":{"":[]}}`, `{"a":1,"a":2}`,
+		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
+		`{"user":{"name":"ann","prefs":{"lang":"en"},"tags":["a",1,null,false,{"x":[]}]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return
+		}
+		if err := CheckValue(v); err != nil {
+			return
+		}
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("json.Marshal of what json.Unmarshal made: %v", err)
+		}
+		// As a value inside the metadata, and (an object) as the metadata
+		// itself.
+		type stored struct {
+			meta    map[string]any
+			wrapped bool
+		}
+		cases := []stored{{map[string]any{"v": v}, true}}
+		if m, ok := v.(map[string]any); ok {
+			cases = append(cases, stored{m, false})
+		}
+		for _, c := range cases {
+			e := Entry{Seq: 7, Role: "user", Content: "c", Time: 1.7e9, Metadata: c.meta}
+			b, err := EncodeEntry(e)
+			if err != nil {
+				t.Fatalf("EncodeEntry of a value CheckValue accepts: %v", err)
+			}
+			got, err := DecodeEntry(b)
+			if err != nil {
+				t.Fatalf("DecodeEntry of a value CheckValue accepts (%s): %v", want, err)
+			}
+			var back any = got.Metadata
+			if c.wrapped {
+				back = got.Metadata["v"]
+			} else if len(c.meta) == 0 && got.Metadata == nil {
+				// Entry.Metadata is omitempty: empty metadata is no
+				// metadata, on disk as on the wire.
+				continue
+			}
+			gotJSON, err := json.Marshal(back)
+			if err != nil {
+				t.Fatalf("json.Marshal of the value read back: %v", err)
+			}
+			if string(gotJSON) != string(want) {
+				t.Fatalf("stored %s, read back %s", want, gotJSON)
+			}
+		}
+	})
+}
