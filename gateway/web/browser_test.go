@@ -149,3 +149,58 @@ func (p *page) waitLossAndResume(start time.Time) (noticed, resumed time.Duratio
 	}
 	return time.UnixMilli(lost).Sub(start), time.UnixMilli(back).Sub(start)
 }
+
+// TestStreaming: a streamed reply grows in #log as its deltas come (each
+// text shown a prefix of the final reply), the final entry replaces it,
+// and a drop in the middle of the stream resumes to the same final reply,
+// once. It needs a node whose demo engine streams (--demo-stream-delay).
+func TestStreaming(t *testing.T) {
+	needBrowser(t)
+	s, err := tryServer(t, append(demoFlags, "--demo-stream-delay", "150ms")...)
+	if err != nil {
+		if strings.Contains(err.Error(), "flag provided but not defined") {
+			t.Skip("this tether has no streamed replies yet (no --demo-stream-delay)")
+		}
+		t.Fatal(err)
+	}
+	p := openPage(t, s.url("/?user=kim"))
+	p.waitState("live")
+	p.eval(`(() => {
+		window.__stream = [];
+		new MutationObserver(() => {
+			const e = document.querySelector("#log > .streaming .body");
+			if (e && window.__stream[window.__stream.length - 1] !== e.textContent) window.__stream.push(e.textContent);
+		}).observe(document.querySelector("#log"), {childList: true, subtree: true, characterData: true});
+		return 1;
+	})()`, nil)
+	p.typeAndEnter("stream me a reply")
+	p.waitEntry("agent", `"stream me a reply"`)
+	var seen []string
+	p.eval(`window.__stream`, &seen)
+	var final string
+	p.eval(`document.querySelector("#log > [data-role=agent]").querySelector(".body").textContent`, &final)
+	if len(seen) < 2 {
+		t.Errorf("the reply was shown %d times while streaming, want it to grow: %q", len(seen), seen)
+	}
+	for _, part := range seen {
+		if !strings.HasPrefix(final, part) {
+			t.Errorf("streamed text %q is not a prefix of the reply %q", part, final)
+		}
+	}
+
+	// Drop while the reply streams.
+	p.recordStates()
+	p.typeAndEnter("and once more")
+	p.waitJS("the second reply to stream", `(document.querySelector("#log > .streaming .body")?.textContent || "").length > 0`)
+	start := time.Now()
+	p.do("click #drop", chromedp.Click(chromedp.ID("drop")))
+	p.waitLossAndResume(start)
+	p.waitEntry("agent", `"and once more"`)
+	p.waitJS("no streamed reply left over", `!document.querySelector("#log > .streaming")`)
+	var replies int
+	p.eval(`Array.from(document.querySelectorAll("#log > [data-role=agent], #log > .streaming")).filter(e => e.textContent.includes('"and once more"')).length`, &replies)
+	if replies != 1 {
+		t.Errorf("the second reply is shown %d times, want once", replies)
+	}
+	checkOrder(t, p.entries())
+}

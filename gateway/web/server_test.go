@@ -42,6 +42,16 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening".*?
 // accepts connections. The process is stopped when the test ends.
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
+	s, err := tryServer(t, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tryServer is startServer returning the failure to start.
+func tryServer(t *testing.T, extra ...string) (*server, error) {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--gossip", "127.0.0.1:0"}, extra...)
 	s := &server{t: t, line: make(chan struct{}), exited: make(chan struct{})}
 	s.cmd = exec.Command(tetherBin, args...)
@@ -52,10 +62,10 @@ func startServer(t *testing.T, extra ...string) *server {
 	}
 	pipe, err := s.cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("start tether serve: %w", err)
 	}
 	go s.readLog(pipe)
 	t.Cleanup(s.stop)
@@ -66,14 +76,14 @@ func startServer(t *testing.T, extra ...string) *server {
 		s.mu.Unlock()
 		if m != nil {
 			s.addr = m[1] + m[2]
-			return s
+			return s, nil
 		}
 		select {
 		case <-ch:
 		case <-s.exited:
-			t.Fatalf("tether serve %v exited before listening:\n%s", extra, s.log())
+			return nil, fmt.Errorf("tether serve %v exited before listening:\n%s", extra, s.log())
 		case <-deadline:
-			t.Fatalf("tether serve %v did not log `listening` in 30 s:\n%s", extra, s.log())
+			return nil, fmt.Errorf("tether serve %v did not log `listening` in 30 s:\n%s", extra, s.log())
 		}
 	}
 }

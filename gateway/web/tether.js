@@ -90,7 +90,7 @@ const DEFAULTS = {
   pingAfter: 10000,
   pongTimeout: 4000, // PROTOCOL.md recommends at most 5 s; 4 s keeps loss + resume within 15 s
   ackTimeout: 10000,
-  connectTimeout: 10000, // socket open + token + session frame
+  connectTimeout: 8000, // token + socket open + session frame
   backoffMin: 250,
   backoffMax: 8000,
   maxFrame: 65536, // the server's --max-frame (PROTOCOL.md default)
@@ -204,7 +204,6 @@ export class Tether {
     this._authFailures = 0;
     if (this._ws) return;
     this._attempt = 0;
-    this._everLive = false;
     this._open();
   }
 
@@ -248,7 +247,7 @@ export class Tether {
     this.stream = null;
     this._setTool(null);
     this._persist();
-    this._wanted = false;
+    this._everLive = false;
     this.connect();
   }
 
@@ -345,7 +344,7 @@ export class Tether {
       this._lastRx = Date.now();
       let f;
       try { f = JSON.parse(ev.data); } catch { return; }
-      this._onFrame(f);
+      if (f && typeof f === "object") this._onFrame(f);
     };
     ws.onclose = (ev) => this._onClose(ev.code, ev.reason);
     ws.onerror = () => {}; // a close event follows
@@ -636,8 +635,9 @@ export class Tether {
     }
     if (this.stream && this.stream.seq === seq) this.stream = null;
     if (m.role === "tool" && source !== "history") {
-      if (md.status === "started") this._setTool({ call_id: md.call_id, name: md.name, args: md.args, status: "started", started_seq: seq });
-      else if (this.tool && this.tool.call_id === md.call_id) this._setTool(null);
+      const known = this.tool && this.tool.call_id === md.call_id; // the session frame's pending_tool_call has more
+      if (md.status === "started" && !known) this._setTool({ call_id: md.call_id, name: md.name, args: md.args, status: "started", started_seq: seq });
+      else if (md.status !== "started" && known) this._setTool(null);
     }
     this._emit("entry", { seq, role: m.role, content: m.content, timestamp: m.timestamp, metadata: md, source });
     this._persist();
