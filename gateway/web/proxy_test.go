@@ -16,14 +16,14 @@ import (
 )
 
 type proxy struct {
-	t      *testing.T
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
+	t  *testing.T
+	ln net.Listener
+	wg sync.WaitGroup
 
-	mu    sync.Mutex
-	links []*link
-	down  bool // new connections are blackholed from the start
+	mu     sync.Mutex
+	target string // where new connections go
+	links  []*link
+	down   bool // new connections are blackholed from the start
 }
 
 // link is one proxied TCP connection.
@@ -60,9 +60,11 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			p.t.Logf("proxy: dial %s: %v", p.target, err)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil { // the node is down: the client sees its connection fail
 			c.Close()
 			continue
 		}
@@ -126,6 +128,13 @@ func (p *proxy) blackhole() {
 	for _, l := range p.links {
 		l.dead.Store(true)
 	}
+}
+
+// setTarget sends new connections to another address (a restarted node).
+func (p *proxy) setTarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	p.mu.Unlock()
 }
 
 // setDown makes new connections blackholed (true) or flowing (false).

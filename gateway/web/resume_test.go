@@ -159,3 +159,37 @@ func TestTwoTabs(t *testing.T) {
 	checkOrder(t, a.entries())
 	a.screenshot("taken-back")
 }
+
+// TestRestart: the node shuts down (1012) and is away for a while; the page
+// keeps retrying with a countdown, a message typed meanwhile waits as
+// pending, and once the node is back (same data) the page resumes and the
+// message is delivered once.
+func TestRestart(t *testing.T) {
+	needBrowser(t)
+	data := t.TempDir()
+	s := startServer(t, append(demoFlags, "--data", data)...)
+	px := newProxy(t, s.addr)
+	p := openPage(t, px.url("/?user=lee"))
+	p.waitState("live")
+	p.typeAndEnter("before the restart")
+	p.waitEntry("agent", `"before the restart"`)
+
+	s.stop()
+	p.waitState("reconnecting")
+	p.waitJS("a countdown to the next try", `/next try in \d+ s/.test(document.querySelector("#status").textContent)`)
+	p.typeAndEnter("typed while the node is down")
+	p.waitJS("the message shown as pending", `document.querySelector("#log > [data-send=pending]")?.textContent.includes("typed while the node is down")`)
+
+	s2 := startServer(t, append(demoFlags, "--data", data)...)
+	px.setTarget(s2.addr)
+	p.waitJSFor("the page to resume", `document.querySelector("#status").dataset.state === "live" &&
+		document.querySelector("#status").textContent.includes("resumed")`, 45*time.Second)
+	p.waitEntry("agent", `"typed while the node is down"`)
+	checkOrder(t, p.entries())
+	var sid string
+	p.eval(`window.tether.sessionId`, &sid)
+	if n := s2.countStored(s2.devToken("lee"), sid, "typed while the node is down"); n != 1 {
+		t.Errorf("the message was stored %d times, want 1", n)
+	}
+	p.screenshot("restarted")
+}
