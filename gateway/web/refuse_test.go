@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestOversized: a message over --max-content is refused by the server
@@ -152,4 +154,31 @@ func TestExpired(t *testing.T) {
 	if strings.Contains(loc, "session=") {
 		t.Errorf("the URL still names the old session: %s", loc)
 	}
+}
+
+// TestReauth: a session made sensitive (the demo payment tool) cannot be
+// resumed with a token whose login is old: the server closes with 4003,
+// the page goes offline and says how to log in again instead of retrying,
+// and a fresh token resumes it.
+func TestReauth(t *testing.T) {
+	needBrowser(t)
+	const secret = "reauth-test-secret"
+	s := startServer(t, "--jwt-secret", secret, "--agent", "demo", "--demo-search-delay", "300ms")
+	old := mintToken(t, "max", secret, "--auth-age", "10m") // logged in 10 min ago; --reauth-max-age is 5m
+	p := openPage(t, s.url("/?token="+old))
+	p.waitState("live")
+	p.typeAndEnter("pay the invoice")
+	p.waitEntry("agent", "Payment done")
+
+	p.do("click #drop", chromedp.Click(chromedp.ID("drop")))
+	p.waitState("offline")
+	p.waitJS("how to log in again", `!document.querySelector("#banner").hidden &&
+		document.querySelector("#banner").textContent.includes("--auth-age 0s")`)
+	p.screenshot("reauth")
+
+	p.navigate(s.url("/?token=" + mintToken(t, "max", secret)))
+	p.waitState("live")
+	p.waitJS("the resumed transcript", `document.querySelector("#status").textContent.includes("resumed") &&
+		document.querySelectorAll("#log > [data-seq]").length === 4`)
+	checkOrder(t, p.entries())
 }

@@ -147,10 +147,10 @@ func (s *server) devToken(user string) string {
 	return body.Token
 }
 
-// mintToken runs `tether token` with the server's secret.
-func mintToken(t *testing.T, user, secret string) string {
+// mintToken runs `tether token` with the server's secret (and extra flags).
+func mintToken(t *testing.T, user, secret string, extra ...string) string {
 	t.Helper()
-	out, err := exec.Command(tetherBin, "token", "--user", user, "--secret", secret).Output()
+	out, err := exec.Command(tetherBin, append([]string{"token", "--user", user, "--secret", secret}, extra...)...).Output()
 	if err != nil {
 		t.Fatalf("tether token: %v", err)
 	}
