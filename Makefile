@@ -3,12 +3,13 @@ GO       ?= go
 BIN      ?= bin/tether
 LISTEN   ?= 127.0.0.1:8080
 DATA     ?= ./data
-AGENT    ?= echo
+AGENT    ?= demo
 BENCHTIME ?= 1s
 
-.PHONY: run build test bench vet fmt fuzz clean
+.PHONY: run build test chromium bench vet fmt fuzz clean
 
-## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, echo engine
+## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
+## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
 run: build
 	$(BIN) serve --listen $(LISTEN) --data $(DATA) --dev-tokens --agent $(AGENT)
 
@@ -16,10 +17,19 @@ run: build
 build:
 	$(GO) build -o $(BIN) ./cmd/tether
 
-## test: every test, with the race detector
-test:
+## test: every test, with the race detector; the browser tests in
+## gateway/web must run (TETHER_BROWSER_TESTS=1), so Chromium is installed first
+test: chromium
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 9m ./...
+	TETHER_BROWSER_TESTS=1 $(GO) test -race -count=1 -timeout 9m ./...
+
+## chromium: Debian's chromium for the browser tests, installed with apt-get when missing
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser tests (apt-get)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
 ## bench: the Go benchmarks (numbers for the README's performance table)
 bench:
