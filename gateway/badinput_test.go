@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -528,5 +529,38 @@ func TestSlowReader(t *testing.T) {
 		if ids[id] != seq {
 			t.Fatalf("ack %s=%d, log has %d", id, seq, ids[id])
 		}
+	}
+}
+
+// TestTooBigFrameDirect: a frame far over the limit, on a direct socket
+// (nothing in between reads what the server leaves unread), gets the 1009
+// close frame and then an orderly end of the connection, not a reset (a
+// browser shows a reset as 1006 and loses the close frame); the session
+// takes sends afterwards.
+func TestTooBigFrameDirect(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOpts{gateway: gateway.Config{MaxFrame: 4096}})
+	tok := token(t, "alice")
+	c := dial(t, n.URL)
+	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
+	big := `{"type":"send","id":"big","content":"` + strings.Repeat("z", 1<<20) + `"}`
+	wrote := make(chan error, 1)
+	go func() { wrote <- c.ws.WriteMessage(websocket.TextMessage, []byte(big)) }()
+	if code, _ := c.closeCode(); code != 1009 {
+		t.Fatalf("closed with %d, want 1009", code)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the server stopped reading the rest of the frame: %v", err)
+	}
+	_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c.ws.NetConn())
+	if err != nil {
+		t.Fatalf("after the close frame the connection ended with %v, want an orderly end", err)
+	}
+	c2 := dial(t, n.URL)
+	c2.resume(tok, sid, 0)
+	c2.sendMsg("small", "fine")
+	if c2.ackOf("small") != 1 {
+		t.Fatal("the session does not take a send after the 1009")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 	"unicode/utf8"
 
@@ -38,8 +39,18 @@ func (c *conn) serve() {
 	// the close handshake completes.
 	for {
 		if _, _, err := c.ws.ReadMessage(); err != nil {
-			return
+			break
 		}
+	}
+	c.mu.Lock()
+	tooBig := c.code == wire.CloseTooBig
+	c.mu.Unlock()
+	if tooBig {
+		// The rest of the oversized frame is still coming: read it away, or
+		// closing with it unread resets the connection and the client
+		// never sees our 1009.
+		_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(closeGrace))
+		_, _ = io.Copy(io.Discard, c.ws.NetConn())
 	}
 }
 
