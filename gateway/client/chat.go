@@ -91,6 +91,7 @@ type chat struct {
 	pending    atomic.Int64 // lines queued or being sent
 	sent       atomic.Uint64
 	online     atomic.Bool
+	told       atomic.Bool // that typed lines are queued, while offline
 	window     atomic.Int64  // the session's reconnect window, ns
 	last       atomic.Uint64 // the session's last seq when it was attached
 
@@ -234,8 +235,8 @@ func (ch *chat) line(c *Client, line string) (quit bool) {
 		return false
 	}
 	if !strings.HasPrefix(line, "/") {
-		if !ch.online.Load() {
-			ch.p.linef("(not connected: the message is queued and will be sent once connected)")
+		if !ch.online.Load() && !ch.told.Swap(true) {
+			ch.p.linef("(not connected: what you type is queued and sent once connected)")
 		}
 		ch.enqueue(job{text: line})
 		return false

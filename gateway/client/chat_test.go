@@ -239,8 +239,8 @@ func TestChatReadsDuringTurn(t *testing.T) {
 	})
 }
 
-// TestChatEndOfInput: piped input is sent in order and answered before
-// Chat returns.
+// TestChatEndOfInput: piped input is sent in order, once connected, and
+// answered before Chat returns.
 func TestChatEndOfInput(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	var out bytes.Buffer
@@ -249,10 +249,19 @@ func TestChatEndOfInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Chat: %v\n%s", err, out.String())
 	}
-	for i, want := range []string{"[1] user: one", "[3] user: two", "[5] user: three", "[6] agent: Agent reply: three", "left session"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("line %d %q missing from:\n%s", i, want, out.String())
+	text := out.String()
+	at := func(s string) int {
+		i := strings.Index(text, s)
+		if i < 0 {
+			t.Fatalf("%q missing from:\n%s", s, text)
 		}
+		return i
+	}
+	if !(at("connected to") < at("] user: one") && at("] user: one") < at("] user: two") && at("] user: two") < at("] user: three")) {
+		t.Fatalf("sends out of order:\n%s", text)
+	}
+	if at("agent: Agent reply: three") > at("left session") || strings.Count(text, "not connected") > 1 {
+		t.Fatalf("output:\n%s", text)
 	}
 }
 

@@ -200,6 +200,7 @@ func (v *view) connected(url string) {
 	wasEver := v.ever
 	v.online, v.ever, v.retryAt, v.failures, v.lastErr = true, true, time.Time{}, 0, ""
 	v.chat.online.Store(true)
+	v.chat.told.Store(false)
 	v.chat.last.Store(f.LastSeq)
 	if wasEver && f.SessionID == v.sid {
 		missed := "nothing missed"

@@ -67,11 +67,15 @@ func (p *proxy) accept() {
 		p.mu.Lock()
 		mode := p.mode
 		p.mu.Unlock()
+
 		if mode == refuse {
 			c.Close()
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -159,6 +163,13 @@ func (p *proxy) blackhole(mode int) {
 		pc.dead.Store(true)
 	}
 	p.mode = mode
+}
+
+// setTarget sends new connections to another address.
+func (p *proxy) setTarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
 }
 
 // setMode sets what happens to new connections: up, refuse or stall.
