@@ -91,7 +91,7 @@ type chat struct {
 	pending    atomic.Int64 // lines queued or being sent
 	sent       atomic.Uint64
 	online     atomic.Bool
-	told       atomic.Bool // that typed lines are queued, while offline
+	told       atomic.Bool   // that typed lines are queued, while offline
 	window     atomic.Int64  // the session's reconnect window, ns
 	last       atomic.Uint64 // the session's last seq when it was attached
 
