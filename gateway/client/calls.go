@@ -90,7 +90,7 @@ func (m *manager) request(r request) {
 
 func (m *manager) submit(cl *call) {
 	if m.tooBig > 0 && len(cl.data) >= m.tooBig {
-		m.answer(cl, result{err: fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit (it closed with 1009 on a %d-byte frame); it was not sent",
+		m.answer(cl, result{err: fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit (it closed with 1009 on a %d-byte frame)",
 			ErrTooLarge, cl.kind, len(cl.data), m.tooBig)})
 		return
 	}

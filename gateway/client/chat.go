@@ -346,7 +346,7 @@ func (ch *chat) ended(c *Client, pumped <-chan struct{}) (*SessionLostError, err
 	case errors.Is(err, ErrUnauthorized) && errors.As(err, &se):
 		return nil, &chatError{"the server refused the token: " + se.Message, err}
 	case errors.Is(err, ErrUnauthorized):
-		return nil, &chatError{"no token: " + reason(err), err}
+		return nil, &chatError{reason(err), err}
 	case errors.Is(err, ErrReauthRequired):
 		return nil, &chatError{fmt.Sprintf("session %s is sensitive and needs a fresh login: resume it with a new token", sid), err}
 	case errors.Is(err, ErrSuperseded):

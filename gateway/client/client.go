@@ -379,7 +379,7 @@ func (c *Client) Close() error {
 // call hands r to the manager and waits for its answer.
 func (c *Client) call(ctx context.Context, r *call) (result, error) {
 	if n := c.cfg.MaxFrame; n > 0 && len(r.data) > n {
-		return result{}, fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit of %d bytes; it was not sent",
+		return result{}, fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit of %d bytes",
 			ErrTooLarge, r.kind, len(r.data), n)
 	}
 	r.reply = make(chan result, 1)
