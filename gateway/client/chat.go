@@ -1,9 +1,7 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,9 +145,11 @@ func (ch *chat) run(ctx context.Context, ccfg Config, lines <-chan string) (*Ses
 	}
 }
 
-// chatHooks chains Chat's hooks before the caller's.
+// chatHooks chains Chat's hooks before the caller's (OnDisconnect is
+// left to the caller: Chat has its own, which also says whether the
+// client ends).
 func chatHooks(cfg Config, events chan<- any) Config {
-	onSession, onConnect, onDisconnect, onRetry := cfg.OnSession, cfg.OnConnect, cfg.OnDisconnect, cfg.OnRetry
+	onSession, onConnect, onRetry := cfg.OnSession, cfg.OnConnect, cfg.OnRetry
 	cfg.OnSession = func(f wire.SessionFrame) {
 		events <- sessionEv{f}
 		if onSession != nil {
@@ -162,12 +162,7 @@ func chatHooks(cfg Config, events chan<- any) Config {
 			onConnect(url)
 		}
 	}
-	cfg.OnDisconnect = func(url string, err error) {
-		events <- disconnectEv{url: url, err: err}
-		if onDisconnect != nil {
-			onDisconnect(url, err)
-		}
-	}
+	cfg.onLost = func(err error, ending bool) { events <- disconnectEv{err: err, ending: ending} }
 	cfg.OnRetry = func(url string, err error, wait time.Duration) {
 		events <- retryEv{url, err, wait}
 		if onRetry != nil {
@@ -182,18 +177,11 @@ func chatHooks(cfg Config, events chan<- any) Config {
 // entry was queued is printed before it.
 func (ch *chat) pump(c *Client, events <-chan any, pumped chan<- struct{}) {
 	defer close(pumped)
-	handle := func(ev any) {
-		if d, ok := ev.(disconnectEv); ok {
-			d.ending = c.Err() != nil
-			ev = d
-		}
-		ch.view.handle(ev)
-	}
 	drain := func() {
 		for {
 			select {
 			case ev := <-events:
-				handle(ev)
+				ch.view.handle(ev)
 			default:
 				return
 			}
@@ -210,7 +198,7 @@ func (ch *chat) pump(c *Client, events <-chan any, pumped chan<- struct{}) {
 		drain()
 		select {
 		case ev := <-events:
-			handle(ev)
+			ch.view.handle(ev)
 		case m, ok := <-msgs:
 			if !ok {
 				drain()
@@ -287,13 +275,6 @@ func (ch *chat) line(c *Client, line string) (quit bool) {
 	}
 	return false
 }
-
-func (ch *chat) enqueue(j job) {
-	ch.pending.Add(1)
-	ch.jobs <- j
-}
-
-func (ch *chat) closeJobs() { ch.jobsOnce.Do(func() { close(ch.jobs) }) }
 
 // finish is the end of input: once connected, what was typed is sent
 // and answered and the session's entries up to then are printed (so
@@ -382,92 +363,5 @@ func (ch *chat) leave(c *Client) {
 	ch.p.linef("left session %s; it stays resumable for %s", sid, window)
 	if ch.cfg.ResumeCommand != nil {
 		ch.p.linef("to resume: %s", ch.cfg.ResumeCommand(sid))
-	}
-}
-
-// work runs the queued jobs in order, on the current client.
-func (ch *chat) work(ctx context.Context) {
-	defer close(ch.workerDone)
-	for j := range ch.jobs {
-		if ctx.Err() != nil {
-			return
-		}
-		ch.mu.Lock()
-		c := ch.c
-		ch.mu.Unlock()
-		ch.do(ctx, c, j)
-		ch.pending.Add(-1)
-	}
-}
-
-func (ch *chat) do(ctx context.Context, c *Client, j job) {
-	switch j.cmd {
-	case "":
-		seq, err := c.Send(ctx, j.text, nil)
-		if err != nil {
-			ch.failed(ctx, "not sent", err)
-			return
-		}
-		for old := ch.sent.Load(); seq > old && !ch.sent.CompareAndSwap(old, seq); old = ch.sent.Load() {
-		}
-	case "/context":
-		merged, err := c.SetContext(ctx, j.set)
-		if err != nil {
-			ch.failed(ctx, "/context failed", err)
-			return
-		}
-		b, _ := json.Marshal(merged)
-		ch.p.linef("context: %s", b)
-	case "/history":
-		h, err := c.History(ctx, 0, j.n)
-		if err != nil {
-			ch.failed(ctx, "/history failed", err)
-			return
-		}
-		ch.p.linef("history: %d entries", len(h.Messages))
-		for _, m := range h.Messages {
-			ch.p.linef("  %s", FormatMessage(m))
-		}
-	case "/complete":
-		if err := c.Complete(ctx); err != nil {
-			ch.failed(ctx, "/complete failed", err)
-		}
-	}
-}
-
-// failed reports a job's error, unless the chat is ending anyway.
-func (ch *chat) failed(ctx context.Context, what string, err error) {
-	var se *ServerError
-	switch {
-	case ctx.Err() != nil || errors.Is(err, ErrClosed):
-	case errors.As(err, &se):
-		ch.p.linef("%s: the server refused it (%s: %s)", what, se.Code, se.Message)
-	default:
-		ch.p.linef("%s: %s", what, reason(err))
-	}
-}
-
-// readLines reads in on its own goroutine; stop ends it (closing in when
-// it is an io.Closer, for a read that blocks).
-func readLines(in io.Reader) (<-chan string, func()) {
-	lines := make(chan string)
-	stop := make(chan struct{})
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(in)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-stop:
-				return
-			}
-		}
-	}()
-	return lines, func() {
-		close(stop)
-		if cl, ok := in.(io.Closer); ok {
-			_ = cl.Close()
-		}
 	}
 }

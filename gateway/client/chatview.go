@@ -146,7 +146,6 @@ type (
 	sessionEv    struct{ f wire.SessionFrame }
 	connectEv    struct{ url string }
 	disconnectEv struct {
-		url    string
 		err    error
 		ending bool // the client ends: Chat says why
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +179,36 @@ func TestConfigErrors(t *testing.T) {
 			c.Close()
 			t.Fatalf("Dial(%+v) succeeded", cfg)
 		}
+	}
+}
+
+// TestConnectHooks: OnConnect for every attach, OnDisconnect for every
+// attached socket lost, none at Close.
+func TestConnectHooks(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	var connects, disconnects atomic.Int64
+	var mu sync.Mutex
+	var reasons []error
+	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0),
+		OnConnect: func(url string) {
+			if url == n.url() {
+				connects.Add(1)
+			}
+		},
+		OnDisconnect: func(_ string, err error) {
+			mu.Lock()
+			reasons = append(reasons, err)
+			mu.Unlock()
+			disconnects.Add(1)
+		}})
+	for i := range 2 {
+		c.Drop()
+		waitUntil(t, "the resume", func() bool { return c.Stats().Reconnects == uint64(i+1) })
+	}
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if connects.Load() != 3 || len(reasons) != 2 || !errors.Is(reasons[0], errDropped) {
+		t.Fatalf("%d connects, disconnects %v", connects.Load(), reasons)
 	}
 }

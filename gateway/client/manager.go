@@ -271,22 +271,30 @@ func (m *manager) failed(url string, err error) {
 // reconnects and resumes.
 func (m *manager) lost(err error) {
 	s := m.sock
-	if m.completed {
+	t := terminal(err, s)
+	if t != nil && m.refreshToken(s, t) {
+		err, t = t, nil
+	}
+	if s.phase == phaseReady {
+		if m.cfg.OnDisconnect != nil {
+			m.cfg.OnDisconnect(s.url, err)
+		}
+		if m.cfg.onLost != nil {
+			m.cfg.onLost(err, m.completed || t != nil)
+		}
+	}
+	switch {
+	case m.completed:
 		m.end(ErrCompleted) // nothing left to resume
 		return
-	}
-	if isClose(err, wire.CloseTooBig) {
+	case t != nil:
+		m.end(t)
+		return
+	case isClose(err, wire.CloseTooBig):
 		m.refuseTooBig(s)
 	}
-	if t := terminal(err, s); t != nil {
-		if !m.refreshToken(s, t) {
-			m.end(t)
-			return
-		}
-		err = t
-	}
 	wasReady := s.phase == phaseReady
-	m.abandon(s, false, err)
+	m.abandon(s, false)
 	if !wasReady {
 		m.failed(s.url, err)
 		return
@@ -345,8 +353,8 @@ func terminal(err error, s *sock) error {
 }
 
 // abandon closes s and waits for its reader; graceful sends a 1000 close
-// frame first. why is told to OnDisconnect if s was attached.
-func (m *manager) abandon(s *sock, graceful bool, why error) {
+// frame first.
+func (m *manager) abandon(s *sock, graceful bool) {
 	close(s.stop)
 	if graceful {
 		msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "")
@@ -359,9 +367,6 @@ func (m *manager) abandon(s *sock, graceful bool, why error) {
 		m.disarm()
 		m.stopBeat()
 	}
-	if s.phase == phaseReady && m.cfg.OnDisconnect != nil {
-		m.cfg.OnDisconnect(s.url, why)
-	}
 }
 
 // end stops talking to servers for good and answers everything pending.
@@ -372,7 +377,7 @@ func (m *manager) end(err error) {
 	m.ended = err
 	m.c.end(err) // Err is set before any pending call learns it
 	if s := m.sock; s != nil {
-		m.abandon(s, true, err)
+		m.abandon(s, true)
 	}
 	if m.dialing {
 		m.dialCancel()
