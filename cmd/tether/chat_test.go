@@ -29,7 +29,7 @@ func TestChatServerDown(t *testing.T) {
 	ln.Close()
 	ws := "ws://" + addr + "/v1/ws"
 	c := startChatProc(t, "--url", ws, "--user", "alice")
-	c.waitFor(`server unreachable \([^)]*connection refused\), retrying in [0-9.]+s…`)
+	c.waitFor(`server unreachable at ` + regexp.QuoteMeta(addr) + ` \(connection refused\), retrying in [0-9.]+s…`)
 	if strings.Contains(c.stdout(), "connected") {
 		t.Fatalf("chat said connected with no server:\n%s", c.stdout())
 	}
@@ -226,7 +226,7 @@ func chatBlackhole(t *testing.T, quiet time.Duration, flags ...string) time.Dura
 	c.typeLine("during the outage")
 	c.waitFor(`connection lost \(the connection went silent[^)]*\); reconnecting…`)
 	took := time.Since(start)
-	c.waitFor(`server unreachable \([^)]+\), retrying in`)
+	c.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in`)
 	np.up()
 	c.waitFor(`reconnected to \S+ after [0-9.]+m?s: session ` + sid + ` resumed`)
 	c.waitFor(`\[4\] agent: Agent reply: during the outage\n`)

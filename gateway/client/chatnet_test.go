@@ -21,7 +21,7 @@ func TestChatBlackhole(t *testing.T) {
 	p.blackhole(refuse)
 	r.typeLine("during the outage")
 	r.waitFor(`connection lost \((the connection went silent|the server did not answer in time)[^)]*\); reconnecting…`)
-	r.waitFor(`server unreachable \([^)]+\), retrying in [0-9.]+s…`)
+	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in [0-9.]+s…`)
 	p.setMode(up)
 	r.waitFor(`reconnected to \S+ after [0-9.]+m?s: session \w+ resumed`)
 	r.waitFor(`\[4\] agent: Agent reply: during the outage`)
@@ -53,7 +53,7 @@ func TestChatServerDown(t *testing.T) {
 	p.setMode(refuse)
 	r := startChat(t, ChatConfig{Client: Config{URLs: []string{p.url()}, Token: n.token(t, "alice", 0),
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}})
-	r.waitFor(`server unreachable \([^)]+\), retrying in [0-9.]+s…`)
+	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in [0-9.]+s…`)
 	r.typeLine("typed while down")
 	r.waitFor(`not connected: what you type is queued`)
 	if strings.Contains(r.out.String(), "connected to") {
@@ -71,7 +71,7 @@ func TestChatLiveCountdown(t *testing.T) {
 	p.setMode(refuse)
 	r := startChat(t, ChatConfig{Live: true, Client: Config{URLs: []string{p.url()}, Token: n.token(t, "alice", 0),
 		MinBackoff: 1200 * time.Millisecond, MaxBackoff: 2400 * time.Millisecond}})
-	r.waitFor(`server unreachable \([^)]+\), retrying in \d+s…\r\x1b\[Kserver unreachable \([^)]+\), retrying in \d+s…`)
+	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in \d+s…\r\x1b\[Kserver unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in \d+s…`)
 	p.setMode(up)
 	r.waitFor(`\nconnected to`)
 }

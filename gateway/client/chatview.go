@@ -1,10 +1,15 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -227,9 +232,13 @@ func (v *view) connected(url string) {
 // with a new reason, and those a second or more apart are.
 func (v *view) retry(ev retryEv) {
 	v.failures++
-	why := reason(ev.err)
+	why := netReason(ev.err)
 	v.retryAt = time.Now().Add(ev.wait)
-	v.retryMsg = fmt.Sprintf("server unreachable (%s), retrying in", why)
+	where := ""
+	if u, err := url.Parse(ev.url); err == nil && u.Host != "" {
+		where = " at " + u.Host
+	}
+	v.retryMsg = fmt.Sprintf("server unreachable%s (%s), retrying in", where, why)
 	show := v.failures == 1 || why != v.lastErr || ev.wait >= time.Second
 	v.lastErr = why
 	if v.live {
@@ -261,6 +270,26 @@ func reason(err error) string {
 		return "unknown"
 	}
 	return strings.ReplaceAll(err.Error(), "client: ", "")
+}
+
+// netReason is why a connection attempt failed, short for the usual
+// network failures.
+func netReason(err error) string {
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "network unreachable"
+	case errors.As(err, &dns):
+		return "unknown host " + dns.Name
+	case errors.Is(err, errTimeout), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "no answer in time"
+	}
+	return reason(err)
 }
 
 func ago(t time.Time) string {
