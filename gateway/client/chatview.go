@@ -9,8 +9,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tether-dev/tether/gateway/wire"
