@@ -145,7 +145,7 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Stats are a client's counters since Dial.
+// Stats are a client's counters since New (or Dial).
 type Stats struct {
 	Reconnects  uint64 // sessions resumed after the first connect
 	Duplicates  uint64 // entries received again and dropped
