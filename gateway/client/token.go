@@ -11,23 +11,32 @@ import (
 // a minute, or a quarter of its lifetime when that is shorter.
 const tokenMargin = time.Minute
 
-// tokenTimes reads a JWT's exp and iat claims without verifying the token:
-// the client only needs to know when to ask for a new one, and the server
-// checks the rest.
-func tokenTimes(tok string) (exp, iat time.Time, ok bool) {
+// jwtClaims are the claims the client reads from a JWT, without verifying
+// it: it only needs to know when to ask for a new token, and whose it is,
+// and the server checks the rest.
+type jwtClaims struct {
+	Sub string   `json:"sub"`
+	Exp *float64 `json:"exp"`
+	Iat *float64 `json:"iat"`
+}
+
+func readClaims(tok string) (jwtClaims, bool) {
+	var c jwtClaims
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
-		return exp, iat, false
+		return c, false
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
 	if err != nil {
-		return exp, iat, false
+		return c, false
 	}
-	var c struct {
-		Exp *float64 `json:"exp"`
-		Iat *float64 `json:"iat"`
-	}
-	if err := json.Unmarshal(raw, &c); err != nil || c.Exp == nil {
+	return c, json.Unmarshal(raw, &c) == nil
+}
+
+// tokenTimes reads a JWT's exp and iat (zero when absent).
+func tokenTimes(tok string) (exp, iat time.Time, ok bool) {
+	c, ok := readClaims(tok)
+	if !ok || c.Exp == nil {
 		return exp, iat, false
 	}
 	exp = time.Unix(0, int64(*c.Exp*1e9))
@@ -55,17 +64,6 @@ func reusable(tok string, now time.Time) bool {
 // the token; "" when there is none. It is for messages to people, such
 // as which user a token belongs to.
 func TokenSubject(tok string) string {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return ""
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return ""
-	}
-	var c struct {
-		Sub string `json:"sub"`
-	}
-	_ = json.Unmarshal(raw, &c)
+	c, _ := readClaims(tok)
 	return c.Sub
 }
