@@ -21,6 +21,10 @@ const (
 	kindComplete
 )
 
+func (k kind) String() string {
+	return [...]string{"send", "history", "context", "complete"}[k]
+}
+
 // call is one API request waiting for its answer. Only the manager
 // touches it after it is submitted.
 type call struct {
@@ -31,9 +35,11 @@ type call struct {
 	n     uint64      // submission order, kept when calls are written again
 	// also are later sends of the same id, answered together.
 	also      []*call
-	sends     int  // times written
-	retryWait bool // rate_limited: waiting for the retry timer
-	done      bool // answered or cancelled
+	sends     int           // times written
+	on        *sock         // the socket it was last written on
+	wroteAt   time.Duration // when (since Client.epoch)
+	retryWait bool          // rate_limited: waiting for the retry timer
+	done      bool          // answered or cancelled
 }
 
 // newCall encodes f on the caller's goroutine, so that a value JSON
@@ -83,6 +89,11 @@ func (m *manager) request(r request) {
 }
 
 func (m *manager) submit(cl *call) {
+	if m.tooBig > 0 && len(cl.data) >= m.tooBig {
+		m.answer(cl, result{err: fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit (it closed with 1009 on a %d-byte frame)",
+			ErrTooLarge, cl.kind, len(cl.data), m.tooBig)})
+		return
+	}
 	m.n++
 	cl.n = m.n
 	if cl.kind == kindSend {
@@ -131,6 +142,7 @@ func (m *manager) answer(cl *call, res result) {
 
 // write puts cl on s, noting where its answer will come from.
 func (m *manager) write(s *sock, cl *call) {
+	cl.on, cl.wroteAt = s, m.now()
 	switch cl.kind {
 	case kindSend:
 		cl.sends++
@@ -138,6 +150,7 @@ func (m *manager) write(s *sock, cl *call) {
 		if cl.sends > 1 {
 			m.c.resends.Add(1)
 		}
+		m.beatAtMost(cl.wroteAt + m.cfg.AckTimeout)
 	case kindHistory:
 		s.histq = append(s.histq, cl)
 	case kindContext:
@@ -161,11 +174,16 @@ func (m *manager) attach(s *sock) {
 	s.phase = phaseReady
 	m.disarm()
 	m.failures = 0
+	m.token = s.token
 	if m.attached {
 		m.c.reconnects.Add(1)
 	}
 	m.attached = true
 	m.c.readyOnce.Do(func() { close(m.c.ready) })
+	if m.cfg.OnConnect != nil {
+		m.cfg.OnConnect(s.url)
+	}
+	m.heartbeat()
 	pending := make([]*call, 0, len(m.sends)+len(m.calls))
 	for _, cl := range m.sends {
 		pending = append(pending, cl)

@@ -24,15 +24,21 @@ type Config struct {
 	URLs []string
 	// Token is the JWT sent in every hello, unless TokenFunc is set.
 	Token string
-	// TokenFunc, when set, is called before every (re)connect for a fresh
-	// token; it must return when ctx ends. An error counts as a failed
-	// attempt.
+	// TokenFunc, when set, is asked for a token when the client holds none
+	// it can use: before the first connect, when the one it holds expires
+	// within a minute (its exp claim, read without verifying it), and
+	// after the server refused the one it holds (close 1008 unauthorized
+	// or 4003 reauth_required), so that a reconnect reuses a valid token.
+	// A token without a readable exp is asked for on every connect. It
+	// must return when ctx ends. An error counts as a failed attempt; one
+	// that matches ErrUnauthorized ends the client (no token will come).
+	// A fresh token the server refuses ends the client as well.
 	TokenFunc func(ctx context.Context) (string, error)
 	// SessionID is the session to resume on the first connect; "" starts
 	// a new one.
 	SessionID string
 	// LastSeq is the newest seq of SessionID the caller has already seen;
-	// Messages starts after it.
+	// Messages starts after it. 0 replays the session from its start.
 	LastSeq uint64
 	// MinBackoff and MaxBackoff bound the wait between reconnect attempts,
 	// which doubles with every consecutive failure and is jittered
@@ -43,32 +49,57 @@ type Config struct {
 	// handshake) end the client with ErrUnreachable; 0 retries until Close
 	// (or, inside Dial, until its context ends).
 	MaxAttempts int
+	// OnRetry, when set, is told of every failed connection attempt and
+	// of the wait before the next one. It runs like OnSession.
+	OnRetry func(url string, err error, wait time.Duration)
 	// HandshakeTimeout bounds one attempt: token, dial, hello, session and
 	// the resume's history_batch. Default 10s.
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds one frame write. Default 10s.
 	WriteTimeout time.Duration
-	// ReadTimeout is how long a socket may stay silent (the server pings
-	// every 30s by default) before it is dropped and the client reconnects.
-	// Default 75s.
-	ReadTimeout time.Duration
+	// PingAfter is how long an attached socket may be silent (no frame,
+	// no WebSocket ping from the server) before the client sends a ping
+	// frame; PongTimeout is how long it then waits for any frame before
+	// it treats the connection as lost and reconnects. Defaults 10s and
+	// 5s, PROTOCOL.md's recommendation: a connection that went silent is
+	// noticed within 15s. (They replace the former ReadTimeout.)
+	PingAfter, PongTimeout time.Duration
+	// AckTimeout bounds how long a send written on a socket waits for its
+	// ack: past it the connection is treated as lost, and after the resume
+	// the send is written again with its same id (the server stores it
+	// once). Default 15s. (Other requests are answered at once by a live
+	// server; the heartbeat notices a dead one.)
+	AckTimeout time.Duration
 	// MessageBuffer is how many entries wait in memory for the reader of
 	// Messages. Beyond it the client stops buffering and later pages the
 	// missed entries in from the server's log, so a slow reader costs
 	// bounded memory and loses nothing. Default 1024.
 	MessageBuffer int
 	// MaxFrame is the largest frame the client writes: a send whose frame
-	// is larger fails at once with ErrTooLarge, instead of making the
-	// server close the socket (1009). Default 65536, the server's default;
-	// negative: no check.
+	// is larger fails at once with ErrTooLarge instead of making the
+	// server close the socket (1009). Set it to the server's --max-frame;
+	// default 65536, the server's default; negative: no check. (A send
+	// that makes the server close with 1009 anyway is refused the same
+	// way, and the client reconnects without it.)
 	MaxFrame int
 	// Dialer opens the sockets. Default: a copy of websocket.DefaultDialer.
+	// Its dial and handshake are bounded by HandshakeTimeout.
 	Dialer *websocket.Dialer
 	// OnSession, when set, sees every session frame: the first connect's
 	// and each resume's. It runs on the client's manager goroutine: it must
 	// return quickly and must not call the Client's methods other than
 	// SessionID, Stats and Err.
 	OnSession func(wire.SessionFrame)
+	// OnConnect, when set, is called each time a socket's session is
+	// attached (for a resume: once its history_batch is in), with the URL
+	// the socket was dialed at. Same rules as OnSession.
+	OnConnect func(url string)
+	// OnDisconnect, when set, is called when an attached socket is lost,
+	// with the URL and the reason, before the client reconnects or ends.
+	// Close does not call it. Same rules as OnSession.
+	OnDisconnect func(url string, err error)
+	// onLost is OnDisconnect for Chat, told also whether the client ends.
+	onLost func(err error, ending bool)
 	// Logger; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -95,7 +126,9 @@ func (c *Config) setDefaults() error {
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
 	def(&c.HandshakeTimeout, 10*time.Second)
 	def(&c.WriteTimeout, 10*time.Second)
-	def(&c.ReadTimeout, 75*time.Second)
+	def(&c.PingAfter, 10*time.Second)
+	def(&c.PongTimeout, 5*time.Second)
+	def(&c.AckTimeout, 15*time.Second)
 	if c.MaxFrame == 0 {
 		c.MaxFrame = 65536
 	}
@@ -112,12 +145,15 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Stats are a client's counters since Dial.
+// Stats are a client's counters since New (or Dial).
 type Stats struct {
-	Reconnects uint64 // sessions resumed after the first connect
-	Duplicates uint64 // entries received again and dropped
-	Gaps       uint64 // entries that did not follow the last one (each repaired)
-	Resends    uint64 // sends written again after a reconnect or a rate_limited error
+	Reconnects  uint64 // sessions resumed after the first connect
+	Duplicates  uint64 // entries received again and dropped
+	Gaps        uint64 // entries that did not follow the last one (each repaired)
+	Resends     uint64 // sends written again after a reconnect or a rate_limited error
+	Pings       uint64 // ping frames written after a silence
+	Silent      uint64 // connections given up because no pong came (ErrSilent)
+	AckTimeouts uint64 // connections given up because an answer did not come (ErrAckTimeout)
 }
 
 // Client is one connection, kept alive across drops, to one session.
@@ -125,11 +161,13 @@ type Stats struct {
 type Client struct {
 	cfg    Config
 	log    *slog.Logger
+	epoch  time.Time       // monotonic origin of the sockets' heard marks
 	ctx    context.Context // cancelled by Close
 	stop   context.CancelFunc
 	reqs   chan request
 	events chan event
 	msgs   chan wire.Message
+	parts  chan Partial
 	ready  chan struct{} // closed when the first session is attached
 	done   chan struct{} // closed when the client has ended; err says why
 	exited chan struct{} // closed when the manager goroutine is gone
@@ -140,25 +178,38 @@ type Client struct {
 
 	delivered                          atomic.Uint64
 	reconnects, dups, gaps, resends    atomic.Uint64
+	pings, silent, ackTimeouts         atomic.Uint64
 	readyOnce, doneOnce, closeStopOnce sync.Once
 }
 
-// Dial connects, says hello and waits until the session is attached (for a
-// resume: until its history_batch is in). ctx bounds only this first
-// connection, retried with backoff across URLs; the client then lives
-// until Close or until it ends (see Done).
-func Dial(ctx context.Context, cfg Config) (*Client, error) {
+// New starts a client that connects in the background: it returns at
+// once, and calls made before the session is attached wait for it (a
+// send is written, with its id, once the socket is up). Ready is closed
+// when the session is attached; Done when the client has ended.
+func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	c := &Client{
-		cfg: cfg, log: cfg.Logger, reqs: make(chan request), events: make(chan event),
-		msgs: make(chan wire.Message), ready: make(chan struct{}), done: make(chan struct{}),
-		exited: make(chan struct{}), sessionID: cfg.SessionID,
+		cfg: cfg, log: cfg.Logger, epoch: time.Now(), reqs: make(chan request), events: make(chan event),
+		msgs: make(chan wire.Message), parts: make(chan Partial), ready: make(chan struct{}),
+		done: make(chan struct{}), exited: make(chan struct{}), sessionID: cfg.SessionID,
 	}
 	c.delivered.Store(cfg.LastSeq)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	go newManager(c).run()
+	return c, nil
+}
+
+// Dial is New, then waits until the session is attached (for a resume:
+// until its history_batch is in). ctx bounds only this first connection,
+// retried with backoff across URLs; the client then lives until Close or
+// until it ends (see Done).
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-c.ready:
 		return c, nil
@@ -176,6 +227,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// Ready is closed once the first session is attached.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // SessionID is the attached session's id.
 func (c *Client) SessionID() string {
@@ -204,6 +258,17 @@ func (c *Client) LastSeq() uint64 {
 // from the server only when there is room.
 func (c *Client) Messages() <-chan wire.Message { return c.msgs }
 
+// Partials delivers the agent reply being streamed (PROTOCOL.md's delta
+// frames), as the whole text received so far: one reply at a time, the
+// one that will become the next entry. A Partial for entry seq is only
+// offered once every entry before seq was received from Messages, and
+// never after entry seq itself was queued for Messages, which then
+// supersedes it; a reader that reads both channels from one goroutine
+// thus sees them in order. States the reader did not take are merged
+// into the next, so reading it is optional and costs no memory. It is
+// closed when the client has ended.
+func (c *Client) Partials() <-chan Partial { return c.parts }
+
 // Done is closed when the client has ended; Err says why.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
@@ -216,7 +281,10 @@ func (c *Client) Err() error {
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{Reconnects: c.reconnects.Load(), Duplicates: c.dups.Load(), Gaps: c.gaps.Load(), Resends: c.resends.Load()}
+	return Stats{
+		Reconnects: c.reconnects.Load(), Duplicates: c.dups.Load(), Gaps: c.gaps.Load(), Resends: c.resends.Load(),
+		Pings: c.pings.Load(), Silent: c.silent.Load(), AckTimeouts: c.ackTimeouts.Load(),
+	}
 }
 
 // Send sends content under a fresh random id and waits until it is
@@ -230,6 +298,13 @@ func (c *Client) Send(ctx context.Context, content string, metadata map[string]a
 // SendID is Send with the caller's id (1–64 characters, unique within the
 // session). Sending an id again returns the first send's seq. If ctx ends
 // first the send may still be stored: SendID with the same id tells.
+//
+// A send the server refuses is never written again: too_large and
+// bad_request come back as a *ServerError; a send whose frame is over the
+// frame limit (Config.MaxFrame, or one that made the server close with
+// 1009) fails with an error matching ErrTooLarge, and the client goes on
+// without it. rate_limited is not a refusal: the send waits and is
+// written again.
 func (c *Client) SendID(ctx context.Context, id, content string, metadata map[string]any) (uint64, error) {
 	if id == "" {
 		return 0, errors.New("client: send id is empty")
@@ -238,9 +313,6 @@ func (c *Client) SendID(ctx context.Context, id, content string, metadata map[st
 	cl, err := newCall(kindSend, f)
 	if err != nil {
 		return 0, err
-	}
-	if c.cfg.MaxFrame > 0 && len(cl.data) > c.cfg.MaxFrame {
-		return 0, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(cl.data))
 	}
 	r, err := c.call(ctx, cl)
 	return r.seq, err
@@ -308,6 +380,10 @@ func (c *Client) Close() error {
 
 // call hands r to the manager and waits for its answer.
 func (c *Client) call(ctx context.Context, r *call) (result, error) {
+	if n := c.cfg.MaxFrame; n > 0 && len(r.data) > n {
+		return result{}, fmt.Errorf("%w: the %s frame is %d bytes, over the server's frame limit of %d bytes",
+			ErrTooLarge, r.kind, len(r.data), n)
+	}
 	r.reply = make(chan result, 1)
 	select {
 	case c.reqs <- request{call: r}:

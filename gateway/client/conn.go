@@ -10,20 +10,32 @@ import (
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
+// attempt is what one connection attempt needs from the manager.
+type attempt struct {
+	url   string
+	sid   string
+	last  uint64
+	mark  *wire.StreamMark // parts of a streamed reply held, for the hello
+	token string           // a token still valid to reuse; "" asks TokenFunc
+}
+
 // dialOnce is one connection attempt, run on its own goroutine: a token,
-// the WebSocket upgrade and the hello. ctx bounds all of it.
-func (c *Client) dialOnce(ctx context.Context, url, sid string, last uint64) dialResult {
-	res := dialResult{url: url}
-	tok := c.cfg.Token
-	if c.cfg.TokenFunc != nil {
+// the WebSocket upgrade and the hello. ctx bounds all of it, so neither a
+// token fetch nor a dial can outlive the attempt.
+func (c *Client) dialOnce(ctx context.Context, a attempt) dialResult {
+	res := dialResult{url: a.url, token: a.token}
+	switch {
+	case c.cfg.TokenFunc == nil:
+		res.token = c.cfg.Token
+	case res.token == "":
 		t, err := c.cfg.TokenFunc(ctx)
 		if err != nil {
-			res.err = fmt.Errorf("client: token: %w", err)
+			res.err = fmt.Errorf("client: getting a token: %w", err)
 			return res
 		}
-		tok = t
+		res.token, res.fresh = t, true
 	}
-	ws, resp, err := c.cfg.Dialer.DialContext(ctx, url, nil)
+	ws, resp, err := c.cfg.Dialer.DialContext(ctx, a.url, nil)
 	if err != nil {
 		if resp != nil {
 			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
@@ -31,9 +43,10 @@ func (c *Client) dialOnce(ctx context.Context, url, sid string, last uint64) dia
 		res.err = err
 		return res
 	}
-	hello := wire.ClientFrame{Type: wire.TypeHello, Token: tok, SessionID: sid}
-	if sid != "" {
-		hello.LastSeq = last
+	hello := wire.ClientFrame{Type: wire.TypeHello, Token: res.token, SessionID: a.sid}
+	if a.sid != "" {
+		hello.LastSeq = a.last
+		hello.Stream = a.mark
 	}
 	_ = ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	if err := ws.WriteJSON(hello); err != nil {
@@ -46,21 +59,23 @@ func (c *Client) dialOnce(ctx context.Context, url, sid string, last uint64) dia
 }
 
 // read is a socket's reader goroutine: it decodes frames and hands them
-// to the manager until the socket fails or the manager stops it.
+// to the manager until the socket fails or the manager stops it. Every
+// frame, and every WebSocket ping, marks the socket as heard from, which
+// is what the heartbeat watches.
 func (c *Client) read(s *sock) {
 	defer close(s.done)
 	ws := s.ws
 	ws.SetPingHandler(func(data string) error {
-		_ = ws.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		s.hear(c.epoch)
 		// A failed pong shows up as a failed read soon enough.
 		_ = ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.cfg.WriteTimeout))
 		return nil
 	})
 	for {
-		_ = ws.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 		ev := event{s: s}
 		_, data, err := ws.ReadMessage()
 		if err == nil {
+			s.hear(c.epoch)
 			ev.f, err = decode(data)
 		}
 		ev.err = err
@@ -75,7 +90,7 @@ func (c *Client) read(s *sock) {
 	}
 }
 
-// decode parses one server frame. Frames the client does not use (delta,
+// decode parses one server frame. Frames the client does not use (pong,
 // and types newer than this client) decode to nil.
 func decode(data []byte) (any, error) {
 	var head struct {
@@ -94,6 +109,8 @@ func decode(data []byte) (any, error) {
 		f = new(wire.Message)
 	case wire.TypeAck:
 		f = new(wire.Ack)
+	case wire.TypeDelta:
+		f = new(wire.Delta)
 	case wire.TypeContext:
 		f = new(wire.ContextFrame)
 	case wire.TypeCompleted:

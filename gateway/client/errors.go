@@ -28,15 +28,27 @@ var (
 	ErrUnreachable = errors.New("client: no server reachable")
 )
 
-// ErrTooLarge fails a send whose frame exceeds Config.MaxFrame; the
-// client goes on.
-var ErrTooLarge = errors.New("client: send frame larger than Config.MaxFrame")
+// ErrTooLarge matches a send refused for its size, which is never written
+// again; the client goes on. It is found before the send is written (its
+// frame is over the frame limit), or the server closed with 1009 on it, or
+// the server answered too_large (a *ServerError, which matches it too).
+var ErrTooLarge = errors.New("client: too large")
+
+// Reasons a connection is given up and replaced; OnDisconnect sees them.
+var (
+	// ErrSilent: nothing came from the server within PongTimeout of a ping
+	// sent after PingAfter of silence.
+	ErrSilent = errors.New("client: the connection went silent")
+	// ErrAckTimeout: a send written on the socket was not acknowledged
+	// within AckTimeout.
+	ErrAckTimeout = errors.New("client: the server did not answer in time")
+)
 
 // ServerError is an error frame from the server, e.g. a refused send
 // (too_large, bad_request) or the reason for a close. errors.Is matches
 // ErrUnauthorized and ErrReauthRequired by Code.
 type ServerError struct {
-	Code    string // gateway.Code*
+	Code    string // wire.Code*
 	Message string
 	ID      string // the send it is about, if any
 }
@@ -55,8 +67,22 @@ func (e *ServerError) Is(target error) bool {
 		return e.Code == wire.CodeUnauthorized
 	case ErrReauthRequired:
 		return e.Code == wire.CodeReauthRequired
+	case ErrTooLarge:
+		return e.Code == wire.CodeTooLarge
 	}
 	return false
+}
+
+// Refused reports whether err is a request the server (or the client's
+// own check of the frame limit) refused for good: too_large, bad_request,
+// a frame over the limit. Such a send was not stored and is not written
+// again; the client goes on.
+func Refused(err error) bool {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Code == wire.CodeTooLarge || se.Code == wire.CodeBadRequest
+	}
+	return errors.Is(err, ErrTooLarge)
 }
 
 // SessionLostError says a resume was answered with resumed:false. The

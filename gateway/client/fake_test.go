@@ -105,6 +105,7 @@ func TestCloseCodes(t *testing.T) {
 		want    error  // nil: the client resumes
 	}{
 		{1006, "", nil}, // no close frame at all
+		{1009, "", nil}, // with no send waiting: nothing to refuse
 		{1011, wire.CodeInternal, nil},
 		{1012, "", nil},
 		{1013, wire.CodeUnavailable, nil},

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,14 +70,14 @@ func TestUnknownSessionAndBadToken(t *testing.T) {
 }
 
 // TestReauthRequired: a sensitive session is not resumed with a stale
-// login; TokenFunc is asked on every connect.
+// login. The client reuses its token while it is valid; when the server
+// refuses it (4003), TokenFunc is asked once for a fresh one, and if that
+// is stale too the client ends.
 func TestReauthRequired(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	var calls atomic.Int64
 	c := dial(t, Config{URLs: []string{n.url()}, TokenFunc: func(context.Context) (string, error) {
-		if calls.Add(1) == 1 {
-			return n.token(t, "alice", 0), nil
-		}
+		calls.Add(1)
 		return n.token(t, "alice", time.Hour), nil // logged in an hour ago
 	}})
 	ctx := ctxT(t)
@@ -88,7 +89,31 @@ func TestReauthRequired(t *testing.T) {
 		t.Fatalf("ended with %v", err)
 	}
 	if calls.Load() != 2 {
-		t.Fatalf("TokenFunc called %d times", calls.Load())
+		t.Fatalf("TokenFunc called %d times, want 2 (the first token, then a fresh one after the refusal)", calls.Load())
+	}
+}
+
+// TestReauthWithFreshLogin: after a 4003 the fresh token TokenFunc gives
+// resumes the sensitive session.
+func TestReauthWithFreshLogin(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	var calls atomic.Int64
+	c := dial(t, Config{URLs: []string{n.url()}, TokenFunc: func(context.Context) (string, error) {
+		if calls.Add(1) == 1 {
+			return n.token(t, "alice", time.Hour), nil
+		}
+		return n.token(t, "alice", 0), nil // the user logged in again
+	}})
+	ctx := ctxT(t)
+	if _, err := c.SetContext(ctx, map[string]any{"sensitive": true}); err != nil {
+		t.Fatal(err)
+	}
+	c.Drop()
+	if seq, err := c.Send(ctx, "after the login", nil); err != nil || seq != 1 {
+		t.Fatalf("Send after the fresh login = %d, %v", seq, err)
+	}
+	if st := c.Stats(); st.Reconnects != 1 || calls.Load() != 2 {
+		t.Fatalf("stats %+v, TokenFunc called %d times", st, calls.Load())
 	}
 }
 
@@ -154,5 +179,36 @@ func TestConfigErrors(t *testing.T) {
 			c.Close()
 			t.Fatalf("Dial(%+v) succeeded", cfg)
 		}
+	}
+}
+
+// TestConnectHooks: OnConnect for every attach, OnDisconnect for every
+// attached socket lost, none at Close.
+func TestConnectHooks(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	var connects, disconnects atomic.Int64
+	var mu sync.Mutex
+	var reasons []error
+	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0),
+		OnConnect: func(url string) {
+			if url == n.url() {
+				connects.Add(1)
+			}
+		},
+		OnDisconnect: func(_ string, err error) {
+			mu.Lock()
+			reasons = append(reasons, err)
+			mu.Unlock()
+			disconnects.Add(1)
+		}})
+	for i := range 2 {
+		c.Drop()
+		waitUntil(t, "the resume", func() bool { return c.Stats().Reconnects == uint64(i+1) })
+	}
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if connects.Load() != 3 || len(reasons) != 2 || !errors.Is(reasons[0], errDropped) {
+		t.Fatalf("%d connects, disconnects %v", connects.Load(), reasons)
 	}
 }

@@ -38,6 +38,8 @@ func (n *node) url() string { return "ws://" + n.addr + "/v1/ws" }
 
 type nodeOpts struct {
 	replayLimit int
+	maxFrame    int64
+	secrets     [][]byte // per front; default one shared test secret
 	engine      actor.Engine
 	fronts      int // gateways sharing the registry; default 1
 }
@@ -63,8 +65,12 @@ func newNodes(t *testing.T, o nodeOpts) []*node {
 	}
 	var nodes []*node
 	var served []chan struct{}
-	for range max(o.fronts, 1) {
-		srv, err := gateway.New(gateway.Config{Backend: gateway.Local(reg), Secret: secret, NoRateLimit: true, Logger: quiet})
+	for i := range max(o.fronts, 1) {
+		secret := secret
+		if i < len(o.secrets) {
+			secret = o.secrets[i]
+		}
+		srv, err := gateway.New(gateway.Config{Backend: gateway.Local(reg), Secret: secret, NoRateLimit: true, MaxFrame: o.maxFrame, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}

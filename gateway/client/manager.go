@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -20,9 +21,11 @@ type event struct {
 }
 
 type dialResult struct {
-	ws  *websocket.Conn
-	url string
-	err error
+	ws    *websocket.Conn
+	url   string
+	token string // the token the hello carried
+	fresh bool   // it came from TokenFunc for this attempt
+	err   error
 }
 
 type phase int
@@ -37,9 +40,16 @@ const (
 type sock struct {
 	ws    *websocket.Conn
 	url   string
+	token string
+	fresh bool
 	phase phase
 	stop  chan struct{} // closed by the manager: the reader must give up
 	done  chan struct{} // closed by the reader on exit
+	// heard is when the reader last got anything (since Client.epoch).
+	heard atomic.Int64
+	// pingAt is when the unanswered ping was written (since Client.epoch);
+	// 0: none is out.
+	pingAt time.Duration
 	// Answers come back in request order, per frame type.
 	histq   []*call // nil marks an internal fill page
 	ctxq    []*call
@@ -48,9 +58,11 @@ type sock struct {
 	werr    error        // a write failed: the socket is lost
 }
 
+func (s *sock) hear(epoch time.Time) { s.heard.Store(int64(time.Since(epoch))) }
+
 var (
 	errGap     = errors.New("client: gap in the message stream")
-	errDropped = errors.New("client: connection dropped by Drop")
+	errDropped = errors.New("client: dropped on purpose")
 	errTimeout = errors.New("client: handshake timed out")
 )
 
@@ -66,6 +78,9 @@ type manager struct {
 	sends      map[string]*call
 	calls      []*call // history, context, complete not yet answered
 	n          uint64
+	reply      *reply // the streamed reply in progress
+	token      string // the last token a server accepted, reused while valid
+	tooBig     int    // smallest frame the server closed 1009 on; 0: none
 
 	sock       *sock
 	attached   bool // a session was attached once
@@ -80,6 +95,10 @@ type manager struct {
 	retry      *time.Timer // resend of rate_limited sends
 	retryOn    bool
 	retries    int
+	beat       *time.Timer // heartbeat and ack deadlines of the attached socket
+	beatOn     bool
+	beatAt     time.Duration // when beat fires (since Client.epoch)
+	pingN      uint64
 	completed  bool // the server confirmed a complete
 	ended      error
 }
@@ -88,10 +107,11 @@ func newManager(c *Client) *manager {
 	m := &manager{
 		c: c, cfg: &c.cfg, sid: c.cfg.SessionID, last: c.cfg.LastSeq, high: c.cfg.LastSeq,
 		sends: make(map[string]*call), urlIdx: rand.IntN(len(c.cfg.URLs)), dialCh: make(chan dialResult, 1),
-		timer: time.NewTimer(time.Hour), retry: time.NewTimer(time.Hour),
+		timer: time.NewTimer(time.Hour), retry: time.NewTimer(time.Hour), beat: time.NewTimer(time.Hour),
 	}
 	m.timer.Stop()
 	m.retry.Stop()
+	m.beat.Stop()
 	return m
 }
 
@@ -103,6 +123,11 @@ func (m *manager) run() {
 		var head wire.Message
 		if len(m.queue) > 0 {
 			out, head = m.c.msgs, m.queue[0]
+		}
+		var pout chan<- Partial
+		p, offer := m.offerable()
+		if offer {
+			pout = m.c.parts
 		}
 		select {
 		case r := <-m.c.reqs:
@@ -117,8 +142,13 @@ func (m *manager) run() {
 		case <-m.retryC():
 			m.retryOn = false
 			m.resendWaiting()
+		case <-m.beatC():
+			m.beatOn = false
+			m.heartbeat()
 		case out <- head:
 			m.pop()
+		case pout <- p:
+			m.offered(p)
 		case <-m.c.ctx.Done():
 			m.end(ErrClosed)
 		}
@@ -133,6 +163,7 @@ func (m *manager) run() {
 // (not after Close), then closes it.
 func (m *manager) flush() {
 	defer close(m.c.msgs)
+	close(m.c.parts)
 	for len(m.queue) > 0 && m.ended != ErrClosed {
 		select {
 		case m.c.msgs <- m.queue[0]:
@@ -182,22 +213,29 @@ func (m *manager) backoff(n int) time.Duration {
 // dial starts one connection attempt on its own goroutine, so that the
 // manager keeps serving calls meanwhile.
 func (m *manager) dial() {
-	url := m.cfg.URLs[m.urlIdx%len(m.cfg.URLs)]
+	a := attempt{url: m.cfg.URLs[m.urlIdx%len(m.cfg.URLs)], sid: m.sid, last: m.last, mark: m.streamMark()}
+	if reusable(m.token, time.Now()) {
+		a.token = m.token
+	}
 	m.deadline = time.Now().Add(m.cfg.HandshakeTimeout)
 	ctx, cancel := context.WithDeadline(m.c.ctx, m.deadline)
 	m.dialing, m.dialCancel = true, cancel
-	sid, last := m.sid, m.last
-	go func() { m.dialCh <- m.c.dialOnce(ctx, url, sid, last) }()
+	go func() { m.dialCh <- m.c.dialOnce(ctx, a) }()
 }
 
 func (m *manager) dialed(d dialResult) {
 	m.dialing = false
 	m.dialCancel()
 	if d.err != nil {
+		if errors.Is(d.err, ErrUnauthorized) {
+			m.end(d.err) // TokenFunc says no token will come
+			return
+		}
 		m.failed(d.url, d.err)
 		return
 	}
-	s := &sock{ws: d.ws, url: d.url, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &sock{ws: d.ws, url: d.url, token: d.token, fresh: d.fresh, stop: make(chan struct{}), done: make(chan struct{})}
+	s.hear(m.c.epoch)
 	m.sock = s
 	go m.c.read(s)
 	m.arm(time.Until(m.deadline))
@@ -222,20 +260,38 @@ func (m *manager) failed(url string, err error) {
 		m.end(fmt.Errorf("%w: %d attempts, the last: %w", ErrUnreachable, m.failures, err))
 		return
 	}
-	m.arm(m.backoff(m.failures))
+	wait := m.backoff(m.failures)
+	m.arm(wait)
+	if m.cfg.OnRetry != nil {
+		m.cfg.OnRetry(url, err, wait)
+	}
 }
 
 // lost handles the end of the current socket: the client ends, or it
 // reconnects and resumes.
 func (m *manager) lost(err error) {
 	s := m.sock
-	if m.completed {
+	t := terminal(err, s)
+	if t != nil && m.refreshToken(s, t) {
+		err, t = t, nil
+	}
+	if s.phase == phaseReady {
+		if m.cfg.OnDisconnect != nil {
+			m.cfg.OnDisconnect(s.url, err)
+		}
+		if m.cfg.onLost != nil {
+			m.cfg.onLost(err, m.completed || t != nil)
+		}
+	}
+	switch {
+	case m.completed:
 		m.end(ErrCompleted) // nothing left to resume
 		return
-	}
-	if t := terminal(err, s); t != nil {
+	case t != nil:
 		m.end(t)
 		return
+	case isClose(err, wire.CloseTooBig):
+		m.refuseTooBig(s)
 	}
 	wasReady := s.phase == phaseReady
 	m.abandon(s, false)
@@ -247,6 +303,23 @@ func (m *manager) lost(err error) {
 	m.urlIdx++
 	m.failures = 0
 	m.arm(m.backoff(0))
+}
+
+// refreshToken decides whether a token refusal (t) is worth another
+// attempt: it is when the refused token was one the client reused, not
+// one TokenFunc just gave; the next attempt then asks TokenFunc.
+func (m *manager) refreshToken(s *sock, t error) bool {
+	if m.cfg.TokenFunc == nil || s.fresh || !(errors.Is(t, ErrUnauthorized) || errors.Is(t, ErrReauthRequired)) {
+		return false
+	}
+	m.c.log.Info("tether token refused; asking for a fresh one", "session", m.sid, "err", t)
+	m.token = ""
+	return true
+}
+
+func isClose(err error, code int) bool {
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) && ce.Code == code
 }
 
 // terminal says whether the socket's end ends the client, and with what.
@@ -271,10 +344,12 @@ func terminal(err error, s *sock) error {
 			return s.srvErr
 		}
 		return fmt.Errorf("%w (%w)", ErrUnauthorized, why)
-	case wire.CloseUnsupported, wire.CloseInvalidPayload, wire.CloseTooBig:
+	case wire.CloseUnsupported, wire.CloseInvalidPayload:
 		return fmt.Errorf("client: the server refused a frame: %w", why)
 	}
-	return nil // 1006, 1011, 1012, 1013 and the rest: reconnect
+	// 1006, 1009 (its send is refused, the rest go on), 1011, 1012, 1013
+	// and the rest: reconnect.
+	return nil
 }
 
 // abandon closes s and waits for its reader; graceful sends a 1000 close
@@ -290,6 +365,7 @@ func (m *manager) abandon(s *sock, graceful bool) {
 	if m.sock == s {
 		m.sock = nil
 		m.disarm()
+		m.stopBeat()
 	}
 }
 
@@ -312,6 +388,7 @@ func (m *manager) end(err error) {
 	}
 	m.disarm()
 	m.retry.Stop()
+	m.stopBeat()
 	for id, cl := range m.sends {
 		delete(m.sends, id)
 		m.answer(cl, result{err: err})

@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -12,9 +11,12 @@ import (
 	"time"
 )
 
-// proxy is a TCP relay in front of a node that can swallow what the
-// server sends on the connections open at the time (mute), to lose acks
-// the way a dying network does.
+// proxy is a TCP relay in front of a node that plays a failing network:
+// mute swallows what the server sends on the connections open at the
+// time (acks lost on the way); blackhole stops forwarding both ways on
+// them, without closing anything, as a phone losing signal does; and
+// while down, new connections are cut at once (refuse) or accepted and
+// never forwarded (stall).
 type proxy struct {
 	ln     net.Listener
 	target string
@@ -24,11 +26,20 @@ type proxy struct {
 	conns   []*pconn
 	swallow bytes.Buffer
 	notify  chan struct{} // capacity 1: something was swallowed
+	mode    int           // for new connections: up, refuse, stall
+	lastFwd time.Time     // when the server last sent the client a byte
 }
+
+const (
+	up = iota
+	refuse
+	stall
+)
 
 type pconn struct {
 	client, server net.Conn
-	muted          atomic.Bool
+	muted          atomic.Bool // server → client swallowed
+	dead           atomic.Bool // both ways swallowed
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -53,36 +64,51 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		mode := p.mode
+		p.mu.Unlock()
+
+		if mode == refuse {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
 		}
 		pc := &pconn{client: c, server: s}
+		pc.dead.Store(mode == stall)
 		p.mu.Lock()
 		p.conns = append(p.conns, pc)
 		p.mu.Unlock()
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
-			_, _ = io.Copy(s, c)
+			p.relay(pc, c, s, false)
 			pc.shut()
 		}()
 		go func() {
 			defer p.wg.Done()
-			p.down(pc)
+			p.relay(pc, s, c, true)
 			pc.shut()
 		}()
 	}
 }
 
-// down relays server → client, or swallows it once muted.
-func (p *proxy) down(pc *pconn) {
+// relay copies from → to, or swallows once the connection is dead (or,
+// downstream, muted).
+func (p *proxy) relay(pc *pconn, from, to net.Conn, down bool) {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := pc.server.Read(buf)
+		n, err := from.Read(buf)
 		if n > 0 {
-			if pc.muted.Load() {
+			switch {
+			case pc.dead.Load():
+			case down && pc.muted.Load():
 				p.mu.Lock()
 				p.swallow.Write(buf[:n])
 				p.mu.Unlock()
@@ -90,8 +116,15 @@ func (p *proxy) down(pc *pconn) {
 				case p.notify <- struct{}{}:
 				default:
 				}
-			} else if _, werr := pc.client.Write(buf[:n]); werr != nil {
-				return
+			default:
+				if _, werr := to.Write(buf[:n]); werr != nil {
+					return
+				}
+				if down {
+					p.mu.Lock()
+					p.lastFwd = time.Now()
+					p.mu.Unlock()
+				}
 			}
 		}
 		if err != nil {
@@ -105,7 +138,7 @@ func (pc *pconn) shut() {
 	pc.server.Close()
 }
 
-// count is how many connections the proxy has accepted.
+// count is how many connections the proxy has relayed.
 func (p *proxy) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -118,6 +151,50 @@ func (p *proxy) mute() {
 	defer p.mu.Unlock()
 	for _, pc := range p.conns {
 		pc.muted.Store(true)
+	}
+}
+
+// blackhole kills the open connections silently (nothing is forwarded
+// either way, nothing is closed) and treats new ones per mode until up.
+func (p *proxy) blackhole(mode int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.conns {
+		pc.dead.Store(true)
+	}
+	p.mode = mode
+}
+
+// setTarget sends new connections to another address.
+func (p *proxy) setTarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
+}
+
+// setMode sets what happens to new connections: up, refuse or stall.
+func (p *proxy) setMode(mode int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = mode
+}
+
+// quietFor waits until the server has sent the client nothing for d: the
+// scenario "an idle connection, then the network dies".
+func (p *proxy) quietFor(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		p.mu.Lock()
+		since := time.Since(p.lastFwd)
+		p.mu.Unlock()
+		if since >= d {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection never went quiet for %v", d)
+		}
+		time.Sleep(min(d-since, 50*time.Millisecond))
 	}
 }
 

@@ -19,6 +19,14 @@ func (m *manager) event(ev event) {
 		m.lost(ev.err)
 		return
 	}
+	if s.pingAt != 0 {
+		// Any frame answers the ping: the heartbeat starts over.
+		s.pingAt = 0
+		m.heartbeat()
+	}
+	// Once an entry is known to exist, the parts streamed for it are
+	// superseded.
+	defer func() { m.superseded(m.high) }()
 	switch f := ev.f.(type) {
 	case *wire.SessionFrame:
 		m.onSession(s, f)
@@ -50,6 +58,8 @@ func (m *manager) event(ev event) {
 			}
 			return false
 		})
+	case *wire.Delta:
+		m.onDelta(s, f)
 	case *wire.ErrorFrame:
 		m.onError(s, f)
 	}
