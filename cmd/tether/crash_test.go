@@ -84,7 +84,7 @@ read:
 		t.Logf("every send was acked before the kill landed: nothing was in flight")
 	}
 
-	p2 := p.restart("--rate", "0")
+	p2 := p.restart("--rate", "0", "--max-turns", "1000")
 	if code, snap := p2.snapshot(sid, tok); code != http.StatusOK || snap.Status != "interrupted" {
 		t.Fatalf("after restart: HTTP %d status %q, want 200 interrupted", code, snap.Status)
 	}
