@@ -12,8 +12,10 @@ import (
 
 // Engine is an agent: given a turn so far it decides the next step. It
 // must keep no per-session state of its own between calls — everything it
-// needs is in TurnInput, which is rebuilt from the log — so that a turn can
-// go on after a disconnect, a passivation or a crash.
+// needs is in TurnInput, which the actor builds from the session's memory
+// and log — so that a turn can go on after a disconnect, a passivation or
+// a crash. An engine that can show its replies as they are written also
+// implements Streamer.
 type Engine interface {
 	// Next returns the next step of the turn that answers in.User: a final
 	// reply, or a tool call whose result the next call will see in
@@ -21,6 +23,19 @@ type Engine interface {
 	Next(ctx context.Context, in TurnInput) (Action, error)
 	// Tool returns the named tool, if this engine offers it.
 	Tool(name string) (Tool, bool)
+}
+
+// Streamer is an Engine whose replies can be shown as they are written:
+// Stream is Next, but it reports the text of a reply as it produces it,
+// one part at a time (each part non-empty, carrying its own spaces), before
+// returning the Action. The Action's Reply is the whole reply: it must
+// begin with the parts joined, in order (the parts are a preview of it,
+// and the actor logs Reply). A tool call may follow text: the text
+// streamed so far is then logged as the agent's entry before the call.
+// part must not be called after Stream returns.
+type Streamer interface {
+	Engine
+	Stream(ctx context.Context, in TurnInput, part func(text string)) (Action, error)
 }
 
 // TurnInput is what an engine sees.
@@ -31,7 +46,11 @@ type TurnInput struct {
 	// Steps are the tool entries already logged in this turn, oldest first.
 	Steps []wal.Entry
 	// History holds up to HistoryLen entries before User, oldest first.
-	History      []wal.Entry
+	History []wal.Entry
+	// Summary describes the entries before History, when there are any
+	// (how many, and how they began): what stands in for a conversation
+	// longer than an engine is shown.
+	Summary      string
 	Context      map[string]any
 	AgentContext map[string]any
 }

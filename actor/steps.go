@@ -72,14 +72,23 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 		}
 		steps = append(steps, e...)
 	}
-	hist, err := a.entries(userSeq-min(userSeq-1, HistoryLen), userSeq)
+	from := userSeq - min(userSeq-1, HistoryLen)
+	hist, err := a.entries(from, userSeq)
 	if err != nil {
 		return TurnInput{}, err
 	}
-	return TurnInput{
+	in := TurnInput{
 		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
 		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
-	}, nil
+	}
+	if from > 1 {
+		first, err := a.entries(1, 2)
+		if err != nil {
+			return TurnInput{}, err
+		}
+		in.Summary = summarize(1, from-1, first)
+	}
+	return in, nil
 }
 
 // entries returns the durable entries lo <= seq < hi, from the tail where
