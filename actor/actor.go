@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tether-dev/tether/wal"
 )
 
 // actor owns one Session. Events wait in its mailbox; a goroutine steps
@@ -38,6 +40,7 @@ type actor struct {
 	stopping   bool // effStop ran: finish once nothing is in flight
 	turnCancel context.CancelFunc
 	turns      sync.WaitGroup
+	first      []wal.Entry // the session's first entry, once read (summaries)
 }
 
 func newActor(r *Registry, sid string) *actor {
@@ -216,6 +219,17 @@ func (a *actor) lookupSend(send evSend) {
 // still attached is told and closed, and the session is marked
 // interrupted once the actor is gone.
 func (a *actor) fail(err error) {
+	if errors.Is(err, wal.ErrStaleEpoch) {
+		// Another node owns the session now (it fenced this one): step
+		// down, and send the client there.
+		a.reg.log.Warn("session owned elsewhere; stepping down", "session", a.sid, "err", err)
+		if c := a.s.conn; c != nil {
+			c.Close(CloseShutdown, "the session moved to another node; reconnect")
+			a.s.conn = nil
+		}
+		a.stopping = true
+		return
+	}
 	a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
 	if c := a.s.conn; c != nil {
 		c.Deliver(&ErrorOut{Code: CodeInternal, Message: "session storage failed; reconnect to resume"})

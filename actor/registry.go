@@ -361,3 +361,39 @@ func (r *Registry) ended(user string) {
 		delete(r.live, user)
 	}
 }
+
+// ActiveIDs returns the ids of the sessions whose actors are in memory.
+func (r *Registry) ActiveIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.actors))
+	for sid := range r.actors {
+		ids = append(ids, sid)
+	}
+	return ids
+}
+
+// Evict stops the session's actor, if one is in memory: its client is
+// told to reconnect (CloseShutdown: the session moved), its turn stops,
+// and Evict returns once the actor is gone — its appends done, its claim
+// released — so that another node may take the session over.
+func (r *Registry) Evict(ctx context.Context, sid string) error {
+	r.mu.Lock()
+	a := r.actors[sid]
+	r.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	a.post(evShutdown{})
+	select {
+	case <-a.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -82,11 +82,16 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
 	}
 	if from > 1 {
-		first, err := a.entries(1, 2)
-		if err != nil {
-			return TurnInput{}, err
+		// The first entry never changes: read it once per activation, so
+		// steady-state turns read nothing from the store.
+		if a.first == nil {
+			first, err := a.entries(1, 2)
+			if err != nil {
+				return TurnInput{}, err
+			}
+			a.first = first
 		}
-		in.Summary = summarize(1, from-1, first)
+		in.Summary = summarize(1, from-1, a.first)
 	}
 	return in, nil
 }

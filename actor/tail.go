@@ -11,6 +11,7 @@ import "github.com/tether-dev/tether/wal"
 // old end.
 type tail struct {
 	entries    []wal.Entry // oldest first, seqs consecutive
+	sizes      []int       // wal.Entry.Size of each, computed once
 	bytes      int
 	maxEntries int
 	maxBytes   int
@@ -46,8 +47,10 @@ func (t *tail) add(es ...wal.Entry) {
 			// than hold a gap.
 			t.reset()
 		}
+		n := e.Size()
 		t.entries = append(t.entries, e)
-		t.bytes += e.Size()
+		t.sizes = append(t.sizes, n)
+		t.bytes += n
 	}
 	t.trim()
 }
@@ -55,10 +58,9 @@ func (t *tail) add(es ...wal.Entry) {
 func (t *tail) trim() {
 	drop := 0
 	for len(t.entries)-drop > 1 && (len(t.entries)-drop > t.maxEntries || t.bytes > t.maxBytes) {
-		e := t.entries[drop]
-		t.bytes -= e.Size()
+		t.bytes -= t.sizes[drop]
 		if t.evicted != nil {
-			t.evicted(e)
+			t.evicted(t.entries[drop])
 		}
 		drop++
 	}
@@ -69,13 +71,16 @@ func (t *tail) trim() {
 	n := copy(t.entries, t.entries[drop:])
 	clear(t.entries[n:])
 	t.entries = t.entries[:n]
+	copy(t.sizes, t.sizes[drop:])
+	t.sizes = t.sizes[:n]
 	if cap(t.entries) > 4*max(n, 8) {
 		t.entries = append([]wal.Entry(nil), t.entries...)
+		t.sizes = append([]int(nil), t.sizes...)
 	}
 }
 
 func (t *tail) reset() {
-	t.entries, t.bytes = nil, 0
+	t.entries, t.sizes, t.bytes = nil, nil, 0
 }
 
 // span returns the held entries with lo <= seq < hi (a view: callers must
