@@ -166,6 +166,9 @@ func (m *manager) attach(s *sock) {
 	}
 	m.attached = true
 	m.c.readyOnce.Do(func() { close(m.c.ready) })
+	if m.cfg.OnConnect != nil {
+		m.cfg.OnConnect(s.url)
+	}
 	pending := make([]*call, 0, len(m.sends)+len(m.calls))
 	for _, cl := range m.sends {
 		pending = append(pending, cl)

@@ -69,6 +69,14 @@ type Config struct {
 	// return quickly and must not call the Client's methods other than
 	// SessionID, Stats and Err.
 	OnSession func(wire.SessionFrame)
+	// OnConnect, when set, is called each time a socket's session is
+	// attached (for a resume: once its history_batch is in), with the URL
+	// the socket was dialed at. Same rules as OnSession.
+	OnConnect func(url string)
+	// OnDisconnect, when set, is called when an attached socket is lost,
+	// with the URL and the reason, before the client reconnects or ends.
+	// Close does not call it. Same rules as OnSession.
+	OnDisconnect func(url string, err error)
 	// Logger; nil logs nothing.
 	Logger *slog.Logger
 }

@@ -229,6 +229,9 @@ func (m *manager) failed(url string, err error) {
 // reconnects and resumes.
 func (m *manager) lost(err error) {
 	s := m.sock
+	if s.phase == phaseReady && m.cfg.OnDisconnect != nil {
+		m.cfg.OnDisconnect(s.url, err)
+	}
 	if m.completed {
 		m.end(ErrCompleted) // nothing left to resume
 		return
