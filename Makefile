@@ -6,7 +6,7 @@ DATA     ?= ./data
 AGENT    ?= echo
 BENCHTIME ?= 1s
 
-.PHONY: run build test bench vet fmt fuzz clean
+.PHONY: run build test bench bench-micro vet fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, echo engine
 run: build
@@ -21,8 +21,14 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m ./...
 
-## bench: the Go benchmarks (numbers for the README's performance table)
-bench:
+## bench: a short load run against one local node (drops, silences, expiries, two SIGKILLs);
+## prints the summary, writes bin/bench.json and bin/bench.html; exit 1 on any violation
+bench: build
+	$(BIN) bench --local 1 --sessions 200 --duration 30s --window 5s --kill-every 12s --down 1s \
+		--json bin/bench.json --html bin/bench.html
+
+## bench-micro: the Go micro-benchmarks (numbers for the README's performance table)
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 20m ./...
 
 ## fuzz: a short run of each fuzz target

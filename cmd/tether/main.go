@@ -36,7 +36,7 @@ commands:
   serve   run a node (HTTP + WebSocket)
   token   print a signed token for a user
   chat    terminal chat that resumes by itself
-  bench   load harness (not yet available)
+  bench   load harness: users that drop, resume and verify every session
 
 Run "tether <command> -h" for a command's flags.`
 
@@ -54,7 +54,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	case "chat":
 		return m.chat(ctx, args[1:])
 	case "bench":
-		return errors.New("bench: the load harness is not built yet")
+		return m.bench(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(m.Stdout, usage)
 		return nil
