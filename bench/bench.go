@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"os"
 	"sync"
@@ -55,6 +56,8 @@ func New(cfg Config) (*Bench, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	// Progress, warnings and violations come from many goroutines.
+	cfg.Err = &lockedWriter{w: cfg.Err}
 	b := &Bench{cfg: cfg, seed: cfg.Seed}
 	if b.seed == 0 {
 		b.seed = mrand.Uint64()
@@ -85,6 +88,18 @@ func (b *Bench) warn(msg string) {
 	if _, dup := b.warnOnce.LoadOrStore(msg, true); !dup {
 		fmt.Fprintln(b.cfg.Err, "\rbench:", msg)
 	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // window is the reconnect window: configured, or the one the server

@@ -125,12 +125,18 @@ func (b *Bench) resumedAfter(lostAt, now time.Time) {
 	}
 }
 
-// killLoop signals a random running node every `every`, and restarts it
-// after cfg.Down; one node is down at a time.
+// killLoop signals a random running node at every multiple of `every`
+// from the start (at once if a restart ran late), and restarts it after
+// cfg.Down; one node is down at a time.
 func (b *Bench) killLoop(ctx context.Context, every time.Duration, sig syscall.Signal, rng *rand.Rand) {
 	name := map[syscall.Signal]string{syscall.SIGKILL: "KILL", syscall.SIGTERM: "TERM"}[sig]
 	kind := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term"}[sig]
-	for sleepCtx(ctx, every) {
+	next := b.start
+	for {
+		next = next.Add(every)
+		if !sleepCtx(ctx, time.Until(next)) {
+			return
+		}
 		b.nodeMu.Lock()
 		var up []int
 		for i := range b.local.Len() {

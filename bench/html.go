@@ -34,7 +34,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 		}, r.Markers, false),
 		svgChart("Reconnects (per second)", n, []series{
 			{"disconnects", "#e15759", cnt(CDisconnects)}, {"resumes", "#4e79a7", cnt(CResumes)},
-			{"expired", "#b07aa1", cnt(CExpired)}, {"errors", "#9c755f", cnt(CErrors)},
+			{"expired", "#b07aa1", cnt(CExpired)},
 		}, r.Markers, false),
 	}
 	if r.Target.Mode == "local" {

@@ -98,6 +98,7 @@ type Counts struct {
 	NodeTerms        int    `json:"node_terms"`
 	EntriesSeen      int    `json:"entries_seen"`
 	EntriesReread    int    `json:"entries_reread"`
+	EntriesCompared  int    `json:"entries_compared"`
 	ClientDuplicates uint64 `json:"client_duplicates"`
 	ClientGaps       uint64 `json:"client_gaps"`
 	ClientResends    uint64 `json:"client_resends"`
@@ -180,7 +181,7 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 		Target: Target{Mode: "url", URLs: b.urls, Nodes: len(b.urls), WindowS: b.window().Seconds()},
 		Scenario: Scenario{
 			Sessions: b.cfg.Sessions, RampS: b.cfg.Ramp.Seconds(), DurationS: b.cfg.Duration.Seconds(), Rate: b.cfg.Rate,
-			AgentMix: b.cfg.AgentMix, DropEveryS: b.cfg.DropEvery.Seconds(), SilentFrac: b.cfg.SilentFrac,
+			AgentMix: b.cfg.AgentMix, DropEveryS: max(b.cfg.DropEvery, 0).Seconds(), SilentFrac: b.cfg.SilentFrac,
 			AwayMaxS: b.cfg.AwayMax.Seconds(), ExpireFrac: b.cfg.ExpireFrac, KillEveryS: b.cfg.KillEvery.Seconds(),
 			TermEveryS: b.cfg.TermEvery.Seconds(), DownS: b.cfg.Down.Seconds(),
 		},
@@ -190,7 +191,8 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 			UncheckedAcks: vc.UncheckedAcks, Replies: c[CReplies], ReplyTimeouts: c[CReplyTimeout],
 			UserEntries: vc.UserEntries, ToolCalls: vc.ToolCalls, Resumes: c[CResumes], Disconnects: c[CDisconnects],
 			Drops: c[CDrops], Silences: c[CSilences], EntriesSeen: vc.EntriesSeen, EntriesReread: vc.EntriesReread,
-			Errors: c[CErrors], Violations: total,
+			EntriesCompared: vc.EntriesCompared,
+			Errors:          c[CErrors], Violations: total,
 		},
 		Rates: Rates{
 			SendsPerS: per(c[CSends]), AcksPerS: per(c[CAcks]), RepliesPerS: per(c[CReplies]),
@@ -349,8 +351,8 @@ func (r *Report) SummaryRows() [][2]string {
 		{"rates", fmt.Sprintf("%.1f sends/s, %.1f replies/s, %.2f resumes/s, %.2f disconnects/s",
 			r.Rates.SendsPerS, r.Rates.RepliesPerS, r.Rates.ResumesPerS, r.Rates.DisconnectsPerS)},
 		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms", c.Drops, c.Silences, c.NodeKills, c.NodeTerms)},
-		{"entries", fmt.Sprintf("%d seen live, %d read back; client repaired %d gaps, dropped %d duplicates, resent %d",
-			c.EntriesSeen, c.EntriesReread, c.ClientGaps, c.ClientDuplicates, c.ClientResends)},
+		{"entries", fmt.Sprintf("%d seen live, %d read back (%d compared); client repaired %d gaps, dropped %d duplicates, resent %d",
+			c.EntriesSeen, c.EntriesReread, c.EntriesCompared, c.ClientGaps, c.ClientDuplicates, c.ClientResends)},
 	}
 	if d := r.ReplayedPerResume; d.Count > 0 {
 		rows = append(rows, [2]string{"missed per resume", fmt.Sprintf("mean %.1f, p50 %.0f, p99 %.0f, max %.0f", d.Mean, d.P50, d.P99, d.Max)})

@@ -73,7 +73,7 @@ func TestLocalRunHasNoViolations(t *testing.T) {
 	check("drops, silences and resumes happened", c.Drops > 0 && c.Silences > 0 && c.Resumes > 0)
 	check("the agent's tool ran and replies came", c.ToolCalls > 0 && c.Replies > 0)
 	check("the node was killed once", c.NodeKills == 1 && len(r.Kills) == 1 && r.Kills[0].RestartedAtS != nil)
-	check("the read-back saw at least what the clients saw", c.EntriesReread >= c.EntriesSeen-expiredShare(c))
+	check("the read-back held at least what the clients saw", c.EntriesCompared > 100 && c.EntriesReread >= c.EntriesCompared)
 	for _, name := range []string{HAck, HReply, HResume, HKillToResume} {
 		d := r.Latency[name]
 		check(name+" latency recorded", d.Count > 0 && d.P50 > 0 && d.P50 <= d.P99 && d.P99 <= d.Max)

@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -116,6 +113,7 @@ type VerifyCounts struct {
 	Expired         int `json:"expired"`           // reported expired by the server (not errors)
 	EntriesSeen     int `json:"entries_seen"`      // entries delivered to the clients
 	EntriesReread   int `json:"entries_reread"`    // entries read back after the run
+	EntriesCompared int `json:"entries_compared"`  // entries seen live and compared with the log read back
 	AckedSends      int `json:"acked_sends"`       // distinct acked send ids
 	AcksVerified    int `json:"acks_verified"`     // acked sends found in a log at their seq
 	UserEntries     int `json:"user_entries"`      // user entries checked for an answer
@@ -130,17 +128,6 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 		cfg.Slack = 250 * time.Millisecond
 	}
 	return &Verifier{cfg: cfg, sessions: make(map[string]*vsession), byKind: make(map[string]int)}
-}
-
-// entryInfo is what the Verifier keeps of one entry.
-type entryInfo struct {
-	seq     uint64
-	hash    uint64
-	role    string
-	id      string // user: the send id
-	replyTo uint64
-	callID  string // tool
-	status  string // tool
 }
 
 type vsession struct {
@@ -271,6 +258,7 @@ func (v *Verifier) finish(s *vsession, ev Event) {
 			log = append(log, info(m))
 		}
 		v.counts.EntriesReread += len(log)
+		v.counts.EntriesCompared += len(s.seen)
 		v.counts.Verified++
 		if v.compare(s, log) {
 			v.checkLog(s, log, true)
@@ -453,45 +441,4 @@ func (v *Verifier) Expired(sid string) bool {
 	defer v.mu.Unlock()
 	s := v.sessions[sid]
 	return s != nil && s.expired
-}
-
-// info summarizes m: the fields the checks use and a hash of the rest.
-func info(m wire.Message) entryInfo {
-	e := entryInfo{seq: m.Seq, role: m.Role}
-	e.id, _ = m.Metadata["id"].(string)
-	e.replyTo = metaSeq(m.Metadata["reply_to"])
-	e.callID, _ = m.Metadata["call_id"].(string)
-	e.status, _ = m.Metadata["status"].(string)
-	h := fnv.New64a()
-	md, _ := json.Marshal(m.Metadata) // map keys are sorted: canonical
-	fmt.Fprintf(h, "%s\x00%s\x00%x\x00", m.Role, m.Content, math.Float64bits(m.Timestamp))
-	h.Write(md)
-	e.hash = h.Sum64()
-	return e
-}
-
-// metaSeq reads a seq out of decoded JSON metadata.
-func metaSeq(v any) uint64 {
-	switch n := v.(type) {
-	case float64:
-		if n > 0 {
-			return uint64(n)
-		}
-	case json.Number:
-		u, _ := n.Int64()
-		if u > 0 {
-			return uint64(u)
-		}
-	case int:
-		if n > 0 {
-			return uint64(n)
-		}
-	case uint64:
-		return n
-	case int64:
-		if n > 0 {
-			return uint64(n)
-		}
-	}
-	return 0
 }
