@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -153,5 +155,28 @@ func TestLocalNodeNetworkAndHooks(t *testing.T) {
 	}
 	if st := l.Stats(); st[0].Starts != 2 || st[0].RSSPeak <= 0 {
 		t.Errorf("node stats %+v", st[0])
+	}
+}
+
+// At the first start every node joins the first; a restarted node joins
+// all the others, the first one included.
+func TestLocalJoinArgs(t *testing.T) {
+	l := &Local{}
+	for i := range 3 {
+		l.nodes = append(l.nodes, &localNode{name: fmt.Sprint("node-", i), gossip: fmt.Sprintf("127.0.0.1:%d", 7000+i)})
+	}
+	for i, want := range []string{"", "127.0.0.1:7000", "127.0.0.1:7000"} {
+		if got := strings.Join(l.joinArgs(i), " "); want != "" && got != "--join "+want || want == "" && got != "" {
+			t.Errorf("first start of node %d: %q, want --join %q", i, got, want)
+		}
+	}
+	for _, n := range l.nodes {
+		n.starts = 1
+	}
+	if got := strings.Join(l.joinArgs(0), " "); got != "--join 127.0.0.1:7001,127.0.0.1:7002" {
+		t.Errorf("restart of node 0: %q", got)
+	}
+	if got := strings.Join(l.joinArgs(2), " "); got != "--join 127.0.0.1:7000,127.0.0.1:7001" {
+		t.Errorf("restart of node 2: %q", got)
 	}
 }

@@ -90,9 +90,6 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		n.args = []string{"serve", "--listen", listen, "--gossip", gossip, "--data", n.data, "--node-id", n.name,
 			"--jwt-secret", cfg.JWTSecret, "--agent", cfg.Agent}
-		if i > 0 {
-			n.args = append(n.args, "--join", l.nodes[0].gossip)
-		}
 		if cfg.Window > 0 {
 			n.args = append(n.args, "--window", cfg.Window.String())
 		}
@@ -182,6 +179,22 @@ func childEnv() []string {
 
 var listeningRE = regexp.MustCompile(`msg=listening\b`)
 
+// joinArgs: at the first start every node but the first joins the
+// first; a restarted node joins all the others, so that restarting the
+// first one does not leave it alone.
+func (l *Local) joinArgs(i int) []string {
+	var seeds []string
+	for j, o := range l.nodes {
+		if j != i && (l.nodes[i].starts > 0 || j == 0) {
+			seeds = append(seeds, o.gossip)
+		}
+	}
+	if len(seeds) == 0 {
+		return nil
+	}
+	return []string{"--join", strings.Join(seeds, ",")}
+}
+
 // Start starts node i (again) and waits until it is ready.
 func (l *Local) Start(ctx context.Context, i int) error {
 	n := l.nodes[i]
@@ -195,7 +208,7 @@ func (l *Local) Start(ctx context.Context, i int) error {
 		n.mu.Unlock()
 		return fmt.Errorf("bench: node log: %w", err)
 	}
-	cmd := exec.Command(l.cfg.Bin, n.args...)
+	cmd := exec.Command(l.cfg.Bin, append(n.args, l.joinArgs(i)...)...)
 	cmd.Env = childEnv()
 	// Its own process group: a ^C to the harness does not reach the nodes,
 	// which the harness stops itself; and no node outlives the harness.

@@ -75,7 +75,9 @@ func (b *Bench) readOne(ctx context.Context, r *run) {
 // last_seq its session frame reported, then a while longer for replies
 // still owed.
 func (b *Bench) fetch(ctx context.Context, u *user, sid string) ([]wire.Message, *wire.SessionFrame, error) {
-	answerWait := 5*time.Second + 2*b.toolDelay()
+	// Generous: on a loaded machine a reply may be owed for a while, and
+	// the wait costs time only when a reply is missing.
+	answerWait := 15*time.Second + 2*b.toolDelay()
 	ctx, cancel := context.WithTimeout(ctx, readTimeout+answerWait)
 	defer cancel()
 	var mu sync.Mutex
