@@ -37,6 +37,7 @@ type Bench struct {
 	start           time.Time
 	windowNs        atomic.Int64 // the reconnect window, known or reported
 	nofile          [2]uint64    // open-file limit after raising: soft, hard
+	idleRSS         int64        // the local nodes' RSS before the load
 
 	nodeMu sync.Mutex // one node down at a time
 	killMu sync.Mutex
@@ -146,6 +147,9 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	b.checkLimits()
+	if b.local != nil {
+		b.idleRSS, _ = b.local.Sample(time.Now()) // before any user: the baseline
+	}
 	b.start = time.Now()
 	b.rec = NewRecorder(b.start)
 	phase, endPhase := context.WithTimeout(ctx, b.cfg.Duration)
@@ -200,8 +204,9 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 	defer drainEnd.Stop()
 	users.Wait()
 	b.settle(drain)
-	b.readBack(drain)
 	endDrain()
+	// Not bounded by the drain: each read-back has its own timeout.
+	b.readBack(context.Background())
 	stopBG()
 	bg.Wait()
 	b.closeUsers()

@@ -38,8 +38,10 @@ type Report struct {
 	Errors            map[string]int64 `json:"errors"`
 	Kills             []KillReport     `json:"kills"`
 	Nodes             []NodeStat       `json:"nodes"`
-	// NodeRSSPeakBytes is the peak of the nodes' summed RSS; divided by
-	// the users it is RSSPerSessionBytes.
+	// NodeRSSIdleBytes is the nodes' summed RSS before the load,
+	// NodeRSSPeakBytes its peak during the run; RSSPerSessionBytes is
+	// their difference divided by the users.
+	NodeRSSIdleBytes   int64           `json:"node_rss_idle_bytes"`
 	NodeRSSPeakBytes   int64           `json:"node_rss_peak_bytes"`
 	RSSPerSessionBytes int64           `json:"rss_per_session_bytes"`
 	NofileLimit        uint64          `json:"nofile_limit"`
@@ -255,7 +257,8 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 		for _, p := range snap.Timeline {
 			r.NodeRSSPeakBytes = max(r.NodeRSSPeakBytes, p.NodeRSS)
 		}
-		r.RSSPerSessionBytes = r.NodeRSSPeakBytes / int64(max(b.cfg.Sessions, 1))
+		r.NodeRSSIdleBytes = b.idleRSS
+		r.RSSPerSessionBytes = max(r.NodeRSSPeakBytes-b.idleRSS, 0) / int64(max(b.cfg.Sessions, 1))
 	}
 	return r
 }
@@ -363,7 +366,8 @@ func (r *Report) SummaryRows() [][2]string {
 			bytesStr(n.RSSPeak), bytesStr(n.RSSLast), n.CPUSeconds, n.Starts)})
 	}
 	if r.RSSPerSessionBytes > 0 {
-		rows = append(rows, [2]string{"RSS per session", bytesStr(r.RSSPerSessionBytes) + " (peak node RSS / users)"})
+		rows = append(rows, [2]string{"RSS per session", fmt.Sprintf("%s ((peak %s − idle %s) / users)",
+			bytesStr(r.RSSPerSessionBytes), bytesStr(r.NodeRSSPeakBytes), bytesStr(r.NodeRSSIdleBytes))})
 	}
 	return rows
 }
