@@ -257,6 +257,9 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 		for _, p := range snap.Timeline {
 			r.NodeRSSPeakBytes = max(r.NodeRSSPeakBytes, p.NodeRSS)
 		}
+		for _, n := range r.Nodes { // sampled also just before each kill
+			r.NodeRSSPeakBytes = max(r.NodeRSSPeakBytes, n.RSSPeak)
+		}
 		r.NodeRSSIdleBytes = b.idleRSS
 		r.RSSPerSessionBytes = max(r.NodeRSSPeakBytes-b.idleRSS, 0) / int64(max(b.cfg.Sessions, 1))
 	}
