@@ -6,7 +6,11 @@ DATA     ?= ./data
 AGENT    ?= demo
 BENCHTIME ?= 1s
 
+<<<<<<< HEAD
 .PHONY: run build test chromium bench vet fmt fuzz clean
+=======
+.PHONY: run build test bench bench-micro vet fmt fuzz clean
+>>>>>>> bench-harness
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
@@ -31,8 +35,14 @@ chromium:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
-## bench: the Go benchmarks (numbers for the README's performance table)
-bench:
+## bench: a short load run against one local node (drops, silences, expiries, two SIGKILLs);
+## prints the summary, writes bin/bench.json and bin/bench.html; exit 1 on any violation
+bench: build
+	$(BIN) bench --local 1 --sessions 200 --duration 30s --window 5s --kill-every 12s --down 1s \
+		--json bin/bench.json --html bin/bench.html
+
+## bench-micro: the Go micro-benchmarks (numbers for the README's performance table)
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 20m ./...
 
 ## fuzz: a short run of each fuzz target

@@ -16,6 +16,7 @@ import (
 type flags struct {
 	*flag.FlagSet
 	cmd    string
+	intro  string // printed before the flags by --help; default a usage line
 	stdout io.Writer
 	bound  [][2]string // flag name, environment variable
 }
@@ -43,7 +44,11 @@ func (f *flags) Parse(args []string) error {
 	err := f.FlagSet.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(f.stdout, "usage: tether %s [flags]\n\nflags:\n", f.cmd)
+		if f.intro != "" {
+			fmt.Fprint(f.stdout, f.intro)
+		} else {
+			fmt.Fprintf(f.stdout, "usage: tether %s [flags]\n\nflags:\n", f.cmd)
+		}
 		f.SetOutput(f.stdout)
 		f.PrintDefaults()
 		return flag.ErrHelp

@@ -22,9 +22,24 @@ func main() {
 			return // help was asked for and printed
 		}
 		fmt.Fprintln(os.Stderr, "tether:", err)
-		os.Exit(2)
+		code := 2
+		var ee exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		os.Exit(code)
 	}
 }
+
+// exitError is an error that asks for a particular exit code (the others
+// exit 2).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 // Main holds the program's streams so tests can run commands in process.
 type Main struct {
@@ -38,7 +53,7 @@ commands:
   serve     run a node (HTTP + WebSocket)
   token     print a signed token for a user
   chat      terminal chat that resumes by itself
-  bench     load harness (not yet available)
+  bench     load harness: users that drop, resume and verify every session
   version   print the version
 
 Run "tether <command> --help" for a command's flags.`
@@ -57,7 +72,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	case "chat":
 		return m.chat(ctx, args[1:])
 	case "bench":
-		return errors.New("bench: the load harness is not built yet")
+		return m.bench(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(m.Stdout, usage)
 		return nil

@@ -31,6 +31,7 @@ type serveConfig struct {
 	maxFrame                                          int64
 	rate                                              float64
 	jwtSecret, agent, logLevel, logFormat, origins    string
+	pprof                                             string
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 }
@@ -83,6 +84,7 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
 	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	str(&c.logFormat, "log-format", "text", "text|json")
+	str(&c.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -189,6 +191,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if c.pprof != "" {
+		stop, err := servePprof(c.pprof, logger)
+		if err != nil {
+			n.Close()
+			return fmt.Errorf("serve: --pprof: %w", err)
+		}
+		defer stop()
 	}
 	logger.Info("listening", "addr", n.Addr, "node", n.ID, "agent", c.agent)
 

@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// throughputSessions is the workload of the issue that set the target:
+// 200 sessions, each keeping one send in flight.
+const throughputSessions = 200
+
+// BenchmarkAckThroughput runs that workload against a real `tether serve
+// --rate 0` process (echo agent), clients in this process: b.N sends in
+// all. It reports acked sends/s, the ack latency, acks per fsync (from
+// /metrics), the server's CPU per 1,000 acks and entries per CPU-second
+// (from /proc), and one goroutine's raw fsyncs/s on the same disk measured
+// in the same run, with the ratio of the two. Run it with a fixed count,
+// e.g. -benchtime 40000x.
+func BenchmarkAckThroughput(b *testing.B) {
+	srv := startServer(b, "--rate", "0", "--max-turns", "1000")
+	raw := rawFsyncRate(b, srv.dir, time.Second)
+	conns := make([]*websocket.Conn, throughputSessions)
+	for i := range conns {
+		ws, _, err := hello(srv.url(), tokenFor(b, fmt.Sprintf("user-%d", i)), "", 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ws.Close()
+		if _, err := fill(ws, 1); err != nil { // warm up
+			b.Fatal(err)
+		}
+		conns[i] = ws
+	}
+	fsyncs0, appends0 := srv.metric(b, "tether_wal_fsyncs_total"), srv.metric(b, "tether_wal_appends_total")
+	cpu0 := srv.cpu(b)
+	var next atomic.Int64
+	lats := make([][]time.Duration, len(conns))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(conns))
+	b.ResetTimer()
+	start := time.Now()
+	for i, ws := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := sendLoop(ws, i, &next, int64(b.N))
+			lats[i] = l
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	cpu := srv.cpu(b) - cpu0
+	fsyncs := srv.metric(b, "tether_wal_fsyncs_total") - fsyncs0
+	appends := srv.metric(b, "tether_wal_appends_total") - appends0
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	acks := float64(len(all))
+	b.ReportMetric(acks/elapsed.Seconds(), "acks/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(acks/fsyncs, "acks/fsync")
+	b.ReportMetric(cpu.Seconds()*1000/(acks/1000), "cpu-ms/1k-acks")
+	b.ReportMetric(appends/cpu.Seconds(), "entries/cpu-s")
+	b.ReportMetric(raw, "raw-fsync/s")
+	b.ReportMetric(acks/elapsed.Seconds()/raw, "x-raw-fsync")
+}
+
+// sendLoop keeps one send in flight on ws until next passes total, and
+// returns each send's ack latency.
+func sendLoop(ws *websocket.Conn, client int, next *atomic.Int64, total int64) ([]time.Duration, error) {
+	var lats []time.Duration
+	for k := 0; next.Add(1) <= total; k++ {
+		id := fmt.Sprintf("t%d-%d", client, k)
+		sent := time.Now()
+		msg := fmt.Appendf(nil, `{"type":"send","id":%q,"content":"a message of the throughput benchmark"}`, id)
+		if err := ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+			return lats, err
+		}
+		for {
+			_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return lats, err
+			}
+			var f struct{ Type, ID, Code string }
+			if err := json.Unmarshal(data, &f); err != nil {
+				return lats, err
+			}
+			if f.Type == "error" {
+				return lats, fmt.Errorf("server error: %s", data)
+			}
+			if f.Type == "ack" && f.ID == id {
+				lats = append(lats, time.Since(sent))
+				break
+			}
+		}
+	}
+	return lats, nil
+}
