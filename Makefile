@@ -6,11 +6,7 @@ DATA     ?= ./data
 AGENT    ?= demo
 BENCHTIME ?= 1s
 
-<<<<<<< HEAD
-.PHONY: run build test chromium bench vet fmt fuzz clean
-=======
-.PHONY: run build test bench bench-micro vet fmt fuzz clean
->>>>>>> bench-harness
+.PHONY: run build test chromium bench bench-micro vet fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)

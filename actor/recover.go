@@ -113,13 +113,17 @@ func (r *Registry) recoverOne(ctx context.Context, sid string, boot, lastAlive t
 	}
 	s := newSession(r.sessionConfig(), d, st, contexts{}, nil, boot)
 	s.stateDirty = err != nil
-	for _, e := range s.recoverAt(boot, lastAlive) {
-		switch e := e.(type) {
+	effs := s.recoverAt(boot, lastAlive)
+	for i := 0; i < len(effs); i++ {
+		switch e := effs[i].(type) {
 		case effAppend:
 			e.batch.Epoch = d.Header.Epoch
 			if err := appendSync(ctx, r.cfg.Journal, e.batch); err != nil {
 				return fmt.Errorf("recover %s: %w", sid, err)
 			}
+			// What waited for the append (an expiry's effStatus) is
+			// released only now.
+			effs = append(effs, s.Step(boot, evAppended{id: e.id})...)
 		case effStatus:
 			r.ended(e.userID)
 		}
