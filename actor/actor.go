@@ -219,7 +219,7 @@ func (a *actor) lookupSend(send evSend) {
 // still attached is told and closed, and the session is marked
 // interrupted once the actor is gone.
 func (a *actor) fail(err error) {
-	if errors.Is(err, wal.ErrStaleEpoch) {
+	if errors.Is(err, wal.ErrStaleEpoch) || errors.Is(err, wal.ErrNotClaimed) {
 		// Another node owns the session now (it fenced this one): step
 		// down, and send the client there.
 		a.reg.log.Warn("session owned elsewhere; stepping down", "session", a.sid, "err", err)

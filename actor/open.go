@@ -104,8 +104,8 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 	if err := wal.CheckID(req.SessionID); err != nil {
 		return nil, err
 	}
-	if !r.reserve(req.UserID) {
-		return nil, ErrTooManySessions
+	if err := r.reserve(req.UserID); err != nil {
+		return nil, err
 	}
 	now := r.clock.Now()
 	h, err := r.cfg.Journal.Create(ctx, wal.Header{
@@ -139,15 +139,19 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 }
 
 // reserve counts a new live session for user, unless the user is at the
-// limit.
-func (r *Registry) reserve(user string) bool {
+// limit (ErrTooManySessions) or the registry is closed (ErrClosed: nothing
+// must be created in the log that no actor will ever own).
+func (r *Registry) reserve(user string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
 	if n := r.cfg.MaxSessionsPerUser; n > 0 && r.live[user] >= n {
-		return false
+		return ErrTooManySessions
 	}
 	r.live[user]++
-	return true
+	return nil
 }
 
 func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (opened, error) {

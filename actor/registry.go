@@ -221,6 +221,9 @@ func (r *Registry) Close() error {
 		}
 		r.mu.Unlock()
 		for _, a := range actors {
+			// An actor still activating has no machine yet to take the
+			// shutdown: wait until it has one (or failed to get one).
+			<-a.ready()
 			a.post(evShutdown{})
 		}
 		for _, a := range actors {
@@ -318,6 +321,11 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 	err := r.activate(ctx, a)
 	if err != nil {
 		a.startErr = err
+		// It has no machine: whoever found it meanwhile (Close, Evict)
+		// must not be able to post to it.
+		a.mu.Lock()
+		a.stopped = true
+		a.mu.Unlock()
 		r.remove(a)
 		close(a.done)
 	}
@@ -396,4 +404,11 @@ func (r *Registry) Evict(ctx context.Context, sid string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Activate loads the session into memory (claiming it) if it is not there
+// yet, so that work in flight resumes without waiting for a client.
+func (r *Registry) Activate(ctx context.Context, sid string) error {
+	_, err := r.get(ctx, sid)
+	return err
 }

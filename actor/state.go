@@ -88,3 +88,11 @@ func decodeContexts(b []byte) (contexts, error) {
 	}
 	return c, nil
 }
+
+// HasWork reports whether the session whose header is h owes the agent a
+// turn or a tool run (its state says so). A node that takes sessions over
+// activates those at once.
+func HasWork(h wal.Header) bool {
+	st, err := decodeState(h.State)
+	return err == nil && (st.Pending != nil || len(st.Turns) > 0)
+}

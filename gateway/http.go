@@ -19,6 +19,9 @@ import (
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ws", s.handleWS)
+	if s.cfg.Link != nil {
+		mux.Handle("/v1/link", s.cfg.Link)
+	}
 	mux.HandleFunc("GET /v1/sessions/{id}", s.cors(s.handleSnapshot))
 	mux.HandleFunc("OPTIONS /v1/sessions/{id}", s.cors(nil))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

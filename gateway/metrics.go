@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -73,5 +74,24 @@ func (m *Metrics) Watch(log func() wal.Stats, sessions func() actor.Stats) {
 		counter("tether_tool_runs_total", "Tool runs started.", func() float64 { return float64(sessions().ToolRuns) }),
 		counter("tether_corrupt_records_total", "Stored records that could not be read (entries, headers, states, contexts).",
 			func() float64 { return float64(log().Corrupt + sessions().Corrupt) }),
+	)
+}
+
+// WatchCluster exposes the counters of the node's part in a cluster.
+func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
+	counter := func(name, help string, f func(cluster.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_members", Help: "Members in this node's view."},
+			func() float64 { return float64(stats().Members) }),
+		counter("tether_cluster_pulls_total", "Activations that fetched a session's log from another node.", func(s cluster.Stats) uint64 { return s.Pulls }),
+		counter("tether_cluster_forwarded_total", "Client sessions opened on another owner.", func(s cluster.Stats) uint64 { return s.Forwarded }),
+		counter("tether_cluster_served_total", "Sessions served here for clients of other nodes.", func(s cluster.Stats) uint64 { return s.Served }),
+		counter("tether_cluster_replicated_total", "Batches stored on every replica.", func(s cluster.Stats) uint64 { return s.Replicated }),
+		counter("tether_cluster_fenced_total", "Appends refused because another node owns the session.", func(s cluster.Stats) uint64 { return s.Fenced }),
+		counter("tether_cluster_moved_total", "Session actors stopped because their owner changed.", func(s cluster.Stats) uint64 { return s.Moved }),
+		counter("tether_cluster_catchups_total", "Replicas brought up to date.", func(s cluster.Stats) uint64 { return s.CatchUps }),
+		counter("tether_cluster_unavailable_total", "Opens answered unavailable: the owner could not be reached.", func(s cluster.Stats) uint64 { return s.Unavailable }),
 	)
 }

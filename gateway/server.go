@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -38,8 +39,9 @@ type Backend interface {
 }
 
 // ErrUnavailable from a Backend means the session's owner cannot be
-// reached right now; the client is told to retry (1013).
-var ErrUnavailable = errors.New("gateway: session owner unavailable")
+// reached right now; the client is told to retry (1013). It is the
+// cluster's sentinel, so the clustered backend needs no mapping.
+var ErrUnavailable = cluster.ErrUnavailable
 
 // Config configures a Server. Backend and Secret are required.
 type Config struct {
@@ -75,6 +77,8 @@ type Config struct {
 	// A request with no Origin (not a browser) is always allowed, and so
 	// is a page of the node's own host. Default: the node's own host only.
 	AllowedOrigins []string
+	// Link, if set, is the cluster's node link, served at /v1/link.
+	Link http.Handler
 	// Ready reports whether the node can serve (GET /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -325,4 +329,32 @@ func (l local) NewID() string { return l.r.NewID() }
 
 func (l local) Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error) {
 	return l.r.Snapshot(ctx, sid, user, authTime)
+}
+
+// Clustered adapts a cluster to a Backend: each session is served by its
+// owner, here or on another node.
+func Clustered(c *cluster.Cluster) Backend { return clustered{c} }
+
+type clustered struct{ c *cluster.Cluster }
+
+func (b clustered) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
+	s, err := b.c.Resume(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b clustered) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
+	s, err := b.c.Create(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b clustered) NewID() string { return b.c.NewID() }
+
+func (b clustered) Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error) {
+	return b.c.Snapshot(ctx, sid, user, authTime)
 }

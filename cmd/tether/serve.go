@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node"
 )
@@ -23,6 +26,8 @@ import (
 // environment are read.
 type serveConfig struct {
 	listen, data, nodeID, gossip, join, clusterSecret string
+	advertise, gossipTiming                           string
+	gossipSet                                         bool
 	replicas                                          int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
 	idleTimeout                                       time.Duration
@@ -55,7 +60,9 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	str(&c.data, "data", "./data", "Pebble directory")
 	str(&c.nodeID, "node-id", "", "unique node name (default: host:port of --listen)")
 	str(&c.gossip, "gossip", "127.0.0.1:7946", "memberlist bind address")
-	str(&c.join, "join", "", "seed nodes to join, comma-separated host:port")
+	str(&c.join, "join", "", "seed nodes to join: their --gossip addresses, comma-separated host:port (host names allowed)")
+	str(&c.advertise, "advertise", "", "host:port other nodes reach this node's HTTP server at (default: --listen)")
+	str(&c.gossipTiming, "gossip-timing", "lan", "failure detection preset: lan (a dead node noticed in ~5 s), local, or test (~1 s)")
 	num(&c.replicas, "replicas", 2, "copies of each entry in a cluster")
 	dur(&c.window, "window", 5*time.Minute, "reconnect window")
 	dur(&c.retention, "retention", time.Hour, "keep expired/completed sessions this long after their last activity")
@@ -88,6 +95,12 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	_, c.gossipSet = os.LookupEnv("TETHER_GOSSIP")
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "gossip" {
+			c.gossipSet = true
+		}
+	})
 	return c, c.check()
 }
 
@@ -111,6 +124,8 @@ func (c *serveConfig) check() error {
 		return errors.New("serve: the openai engine is not built yet; use echo or demo")
 	case c.logFormat != "text" && c.logFormat != "json":
 		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
+	case c.gossipTiming != "lan" && c.gossipTiming != "local" && c.gossipTiming != "test":
+		return fmt.Errorf("serve: unknown --gossip-timing %q (lan|local|test)", c.gossipTiming)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -155,9 +170,6 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := newLogger(m.Stderr, c.logLevel, c.logFormat)
-	if c.join != "" {
-		logger.Warn("clustering is not built yet: --join is ignored and this node runs alone", "join", c.join)
-	}
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return fmt.Errorf("serve: data directory: %w", err)
 	}
@@ -176,8 +188,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if c.origins != "" {
 		origins = strings.Split(c.origins, ",")
 	}
-	n, err := node.New(node.Config{
-		Dir: c.data, Listen: c.listen, NodeID: c.nodeID, Logger: logger,
+	nc := node.Config{
+		Dir: c.data, Listen: c.listen, NodeID: c.nodeID, Logger: logger, Cluster: c.clusterConfig(), Advertise: c.advertise,
 		Actor: actor.Config{
 			Engine: engine, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
 			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns,
@@ -188,7 +200,15 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			MaxContent: c.maxContent, Rate: c.rate, NoRateLimit: c.rate == 0, MaxQueueBytes: c.maxQueue,
 			AllowedOrigins: origins,
 		},
-	})
+	}
+	n, err := node.New(nc)
+	if err != nil && !c.gossipSet && c.join == "" && addrInUse(err) {
+		// The default gossip address is taken and there is nothing to
+		// join: run alone rather than refuse to start.
+		logger.Warn("the default gossip address is in use: this node runs alone (give --gossip to let others join it)", "gossip", c.gossip)
+		nc.Cluster = nil
+		n, err = node.New(nc)
+	}
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -199,6 +219,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("serve: --pprof: %w", err)
 		}
 		defer stop()
+	}
+	if n.Cluster != nil {
+		logger.Info("gossip", "addr", n.Cluster.GossipAddr(), "join", c.join, "replicas", c.replicas)
 	}
 	logger.Info("listening", "addr", n.Addr, "node", n.ID, "agent", c.agent)
 
@@ -238,4 +261,32 @@ func jwtSecret(c serveConfig) ([]byte, error) {
 		return nil, fmt.Errorf("serve: keep dev secret: %w", err)
 	}
 	return secret, nil
+}
+
+// clusterConfig is the node's cluster membership from the flags.
+func (c *serveConfig) clusterConfig() *cluster.Config {
+	cc := &cluster.Config{Gossip: c.gossip, Secret: c.clusterSecret, Replicas: c.replicas}
+	if c.join != "" {
+		for _, s := range strings.Split(c.join, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				cc.Seeds = append(cc.Seeds, s)
+			}
+		}
+	}
+	switch c.gossipTiming {
+	case "local":
+		cc.Timing = cluster.LocalTiming()
+	case "test":
+		cc.Timing = cluster.TestTiming()
+		cc.ForwardFor = 3 * time.Second
+	default:
+		cc.Timing = cluster.LANTiming()
+	}
+	return cc
+}
+
+// addrInUse reports whether err is a bind to an address in use (memberlist
+// does not wrap its errors).
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }

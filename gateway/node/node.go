@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/wal"
 )
@@ -39,6 +40,13 @@ type Config struct {
 	// Gateway configures the server (Backend and Metrics are set; Ready,
 	// if given, is asked after the node's own readiness checks).
 	Gateway gateway.Config
+	// Cluster, when set, makes the node a cluster member (Self, Store and
+	// Logger are set by the node; Self.ID is NodeID, Self.ClientAddr and
+	// Self.LinkAddr are Advertise); nil runs the node alone, without gossip.
+	Cluster *cluster.Config
+	// Advertise is the host:port other nodes reach this node's HTTP server
+	// at (its node link is there); default the listener's address.
+	Advertise string
 	// Logger; default slog.Default(). It is also the parts' logger unless
 	// their own config names one.
 	Logger *slog.Logger
@@ -55,6 +63,8 @@ type Node struct {
 	Registry *actor.Registry
 	Server   *gateway.Server
 	Metrics  *gateway.Metrics
+	// Cluster is nil for a node that runs alone.
+	Cluster *cluster.Cluster
 
 	log        *slog.Logger
 	extraReady func() error
@@ -115,6 +125,22 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 	if ac.Logger == nil {
 		ac.Logger = cfg.Logger
 	}
+	if cfg.Cluster != nil {
+		cc := *cfg.Cluster
+		adv := cfg.Advertise
+		if adv == "" {
+			adv = n.Addr
+		}
+		cc.Self = cluster.NodeMeta{ID: n.ID, ClientAddr: adv, LinkAddr: adv}
+		cc.Store = n.Log
+		if cc.Logger == nil {
+			cc.Logger = cfg.Logger
+		}
+		if n.Cluster, err = cluster.New(cc); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		ac.Journal, ac.Owns = n.Cluster.Journal(), n.Cluster.Owns
+	}
 	if n.Registry, err = actor.New(ac); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -122,6 +148,11 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 	gc := cfg.Gateway
 	n.extraReady = gc.Ready
 	gc.Backend, gc.Metrics, gc.Ready = gateway.Local(n.Registry), n.Metrics, n.ready
+	if n.Cluster != nil {
+		n.Cluster.Attach(n.Registry)
+		n.Metrics.WatchCluster(n.Cluster.Stats)
+		gc.Backend, gc.Link = gateway.Clustered(n.Cluster), n.Cluster.Handler()
+	}
 	if gc.Logger == nil {
 		gc.Logger = cfg.Logger
 	}
@@ -137,6 +168,11 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 func (n *Node) ready() error {
 	if n.draining.Load() {
 		return errors.New("shutting down")
+	}
+	if n.Cluster != nil {
+		if err := n.Cluster.Ready(); err != nil {
+			return err
+		}
 	}
 	if n.extraReady != nil {
 		if err := n.extraReady(); err != nil {
@@ -162,10 +198,16 @@ func (n *Node) HTTP() string { return "http://" + n.Addr }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.draining.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if n.Server != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = n.Server.Shutdown(ctx)
-			cancel()
+		}
+		if n.Cluster != nil {
+			// Others take the sessions over from the copies they hold.
+			if err := n.Cluster.Leave(ctx); err != nil {
+				n.log.Warn("leave the cluster", "err", err)
+			}
 		}
 		n.closeErr = n.stopParts()
 	})
@@ -181,6 +223,9 @@ func (n *Node) stopParts() error {
 	}
 	if n.Server != nil {
 		errs = append(errs, n.Server.Close())
+	}
+	if n.Cluster != nil {
+		errs = append(errs, n.Cluster.Close())
 	}
 	if n.Log != nil {
 		errs = append(errs, n.Log.Close())

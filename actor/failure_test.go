@@ -1,0 +1,226 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// A failing append stops the actor fail-stop: the client gets internal and
+// CloseInternal, nothing of the failed send is shown or stored, the
+// session is interrupted once the actor is gone (its window runs), and it
+// resumes from the log with the send retryable.
+func TestAppendFailureInterruptsSession(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			e := newEnv(t)
+			c := newRecConn("c1")
+			h := e.create("s", "alice", c)
+			chat(t, h, c, "m1", "first")
+			e.j.failAppends(1, sync)
+			if err := h.Send(t.Context(), "m2", "lost to the disk", nil); err != nil {
+				t.Fatal(err)
+			}
+			if eo := expect[*ErrorOut](t, c); eo.Code != CodeInternal {
+				t.Fatalf("error = %+v, want internal", eo)
+			}
+			c.waitClosed(t, CloseInternal)
+			if rest := c.unread(); len(rest) != 0 {
+				t.Fatalf("the failed send showed %s", dumpOuts(rest))
+			}
+			eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
+			h.Detach() // what the gateway does when the socket ends: reaches no actor
+			hd := e.waitStatus("s", wal.StatusInterrupted)
+			if hd.LastSeq != 2 || !hd.ExpiresAt.Equal(e.clock.Now().Add(testWindow)) {
+				t.Fatalf("after the failure: %+v", hd)
+			}
+			c2 := newRecConn("c2")
+			h2, _, _ := e.resume("s", "alice", 2, c2)
+			if seq := chat(t, h2, c2, "m2", "lost to the disk"); seq != 3 {
+				t.Fatalf("retried send stored as %d, want 3", seq)
+			}
+		})
+	}
+}
+
+// postWait blocks while MailboxSize events wait for the actor, and its
+// context unblocks it; post from inside the node never blocks.
+func TestMailboxBackpressure(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MailboxSize = 2 })
+	c := newStallConn("c")
+	t.Cleanup(c.release)
+	h, err := e.reg.Create(t.Context(), CreateRequest{SessionID: "s", UserID: "alice", Conn: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect[*SessionOut](t, c.recConn)
+	c.armed.Store(true)
+	if err := h.Send(t.Context(), "m1", "x", nil); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, "the actor to stall", c.stalled)
+	a := e.actorOf("s")
+	for _, id := range []string{"m2", "m3"} {
+		if err := h.Send(t.Context(), id, "x", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.notFull != nil
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- h.Send(ctx, "m4", "x", nil) }()
+	eventually(t, "the sender waits", waiting)
+	select {
+	case err := <-cancelled:
+		t.Fatalf("Send into a full mailbox returned %v", err)
+	default:
+	}
+	cancel()
+	if err := recv(t, "the cancelled send", cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Send: %v", err)
+	}
+	if !a.post(evTick{}) { // the node's own posts are never held up
+		t.Fatal("post refused")
+	}
+	// A sender waiting for room gets in once the actor drains.
+	later := make(chan error, 1)
+	go func() { later <- h.Send(t.Context(), "m5", "x", nil) }()
+	c.release()
+	if err := recv(t, "the waiting send", later); err != nil {
+		t.Fatal(err)
+	}
+	var acks []string
+	c.waitUntil(t, "four acks", func() bool {
+		acks = acks[:0]
+		for _, o := range c.outs {
+			if ack, ok := o.(*AckOut); ok {
+				acks = append(acks, ack.ID)
+			}
+		}
+		return len(acks) == 4
+	})
+	if fmt.Sprint(acks) != "[m1 m2 m3 m5]" {
+		t.Fatalf("acks %v: the cancelled send must not have been queued", acks)
+	}
+}
+
+// An idle session, even attached, costs no goroutine: the mailbox's
+// goroutine exists only while there is mail, and there are no per-session
+// timers.
+func TestIdleSessionsHaveNoGoroutines(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxSessionsPerUser = -1 })
+	c0 := newRecConn("warm")
+	chat(t, e.create("warm", "alice", c0), c0, "m1", "warm up")
+	e.settle("warm")
+	before := runtime.NumGoroutine()
+	const n = 200
+	for i := range n {
+		c := newRecConn(fmt.Sprint("c", i))
+		h := e.create(fmt.Sprint("s", i), "alice", c)
+		chat(t, h, c, "m1", "hello")
+	}
+	var now int
+	eventually(t, "the actors' goroutines exit", func() bool {
+		now = runtime.NumGoroutine()
+		return now-before < n/10
+	})
+	if st := e.reg.Stats(); st.Active != n+1 {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("%d idle attached sessions: %d goroutines before, %d after", n, before, now)
+}
+
+// Close while an actor is still being activated: the shutdown must wait
+// for the machine to exist rather than reach an actor without one.
+func TestCloseDuringActivation(t *testing.T) {
+	e := newEnv(t)
+	c := newRecConn("c1")
+	h := e.create("s", "alice", c)
+	chat(t, h, c, "m1", "hello")
+	h.Detach()
+	e.passivate("s")
+
+	arrived, release := e.j.holdClaim()
+	t.Cleanup(release)
+	c2 := newRecConn("c2")
+	type result struct {
+		h   *Handle
+		err error
+	}
+	resumed := make(chan result, 1)
+	go func() {
+		h, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", LastSeq: 2, Conn: c2})
+		resumed <- result{h, err}
+	}()
+	recv(t, "the activation's claim", arrived)
+	closed := make(chan error, 1)
+	go func() { closed <- e.reg.Close() }()
+	eventually(t, "Close starts", func() bool {
+		e.reg.mu.Lock()
+		defer e.reg.mu.Unlock()
+		return e.reg.closed
+	})
+	release()
+	if err := recv(t, "Close", closed); err != nil {
+		t.Fatal(err)
+	}
+	res := recv(t, "Resume", resumed)
+	switch {
+	case res.err == nil:
+		// It attached before the shutdown: the shutdown closed it.
+		c2.waitClosed(t, CloseShutdown)
+	case errors.Is(res.err, ErrGone) || errors.Is(res.err, ErrClosed):
+	default:
+		t.Fatalf("Resume: %v", res.err)
+	}
+	if st := e.reg.Stats(); st.Active != 0 {
+		t.Fatalf("stats after Close: %+v", st)
+	}
+}
+
+// An activation that fails (here: the session was deleted between the
+// hello's header read and the claim) leaves no actor behind, and a Close
+// that found the actor while it was activating does not post to it.
+func TestFailedActivationDuringClose(t *testing.T) {
+	e := newEnv(t)
+	c := newRecConn("c1")
+	h := e.create("s", "alice", c)
+	h.Detach()
+	e.passivate("s")
+	arrived, release := e.j.holdClaim()
+	t.Cleanup(release)
+	resumed := make(chan error, 1)
+	go func() {
+		_, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", Conn: newRecConn("c2")})
+		resumed <- err
+	}()
+	recv(t, "the activation's claim", arrived)
+	if ok, err := e.log.DeleteSession(t.Context(), "s", nil); !ok || err != nil {
+		t.Fatalf("delete: %v %v", ok, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.reg.Close() }()
+	eventually(t, "Close starts", func() bool {
+		e.reg.mu.Lock()
+		defer e.reg.mu.Unlock()
+		return e.reg.closed
+	})
+	release()
+	if got := notResumedReason(recv(t, "Resume", resumed)); got != ReasonNotFound {
+		t.Fatalf("resume of a session deleted under it: %q", got)
+	}
+	if err := recv(t, "Close", closed); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.reg.Stats(); st.Active != 0 || st.Activations != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

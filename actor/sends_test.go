@@ -1,0 +1,253 @@
+package actor
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+func TestSessionSend(t *testing.T) {
+	s, c := newAttached(t)
+	md := map[string]any{"k": "v"}
+	now := t0.Add(1500 * time.Millisecond)
+	effs := durable(s, now, evSend{conn: c, id: "m1", content: "hi", metadata: md})
+	wantTypes(t, "send", effs, effAppend{}, effDeliver{}, effDeliver{}, effStep{})
+	ap := effs[0].(effAppend)
+	e := ap.batch.Entries[0]
+	if len(ap.batch.Entries) != 1 || e.Seq != 1 || e.Role != RoleUser || e.Content != "hi" || e.Time != unixSeconds(now) ||
+		!reflect.DeepEqual(e.Metadata, map[string]any{"k": "v", "id": "m1"}) {
+		t.Fatalf("entries = %+v", ap.batch.Entries)
+	}
+	if _, ok := md["id"]; ok {
+		t.Fatal("send wrote into the caller's metadata map")
+	}
+	if !reflect.DeepEqual(ap.batch.Sends, []wal.Send{{ID: "m1", Seq: 1}}) || ap.batch.Header.LastSeq != 1 {
+		t.Fatalf("batch sends %v header %+v", ap.batch.Sends, ap.batch.Header)
+	}
+	if st, err := decodeState(ap.batch.Header.State); err != nil || !slices.Equal(st.Turns, []uint64{1}) {
+		t.Fatalf("appended state %+v (%v)", st, err)
+	}
+	if ap.batch.Context != nil {
+		t.Fatal("a send rewrote the context, which did not change")
+	}
+	if d := effs[1].(effDeliver); d.conn != c || *d.out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
+		t.Fatalf("second effect = %+v, want the ack", d)
+	}
+	if d := effs[2].(effDeliver); !reflect.DeepEqual(d.out, &EntryOut{Entry: e}) {
+		t.Fatalf("third effect = %+v, want the entry", d)
+	}
+	if st := effs[3].(effStep); st.userSeq != 1 {
+		t.Fatalf("step = %+v", st)
+	}
+	// A second send while the turn runs is queued, with no second step.
+	effs = durable(s, now, evSend{conn: c, id: "m2", content: "more"})
+	wantTypes(t, "busy send", effs, effAppend{}, effDeliver{}, effDeliver{})
+	if !slices.Equal(s.st.Turns, []uint64{1, 2}) {
+		t.Fatalf("turns = %v", s.st.Turns)
+	}
+}
+
+// A repeated send id is answered with its first ack; nothing is stored.
+func TestSessionRepeatSendFromMemory(t *testing.T) {
+	s, c := exchanged(t)
+	before, appends := s.Header(), s.nextID
+	effs := s.Step(t0, evSend{conn: c, id: "m1", content: "hi again"})
+	wantTypes(t, "repeat", effs, effDeliver{})
+	if *effs[0].(effDeliver).out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
+		t.Fatalf("repeat ack = %+v", effs[0])
+	}
+	if !reflect.DeepEqual(s.Header(), before) || s.nextID != appends {
+		t.Fatal("a repeated send changed the session")
+	}
+}
+
+// A duplicate of a send still in flight is acked only once that send is
+// durable, after the first ack.
+func TestSessionRepeatSendInFlight(t *testing.T) {
+	s, c := newAttached(t)
+	ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m1", content: "hi"}))
+	if effs := s.Step(t0, evSend{conn: c, id: "m1", content: "hi"}); len(effs) != 0 {
+		t.Fatalf("duplicate of an in-flight send: %v (its ack must wait)", effTypes(effs))
+	}
+	got := outs(s.Step(t0, evAppended{id: ap.id}))
+	if len(got) != 3 || *got[0].(*AckOut) != (AckOut{ID: "m1", Seq: 1}) || got[1].(*EntryOut).Entry.Seq != 1 ||
+		*got[2].(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
+		t.Fatalf("released %s", dumpOuts(got))
+	}
+	if s.hdr.LastSeq != 1 || s.nextID != ap.id {
+		t.Fatalf("the duplicate was stored: last %d appends %d", s.hdr.LastSeq, s.nextID)
+	}
+}
+
+// An id from an earlier activation is in the filters: the machine asks the
+// store (effLookupSend), and its answer decides.
+func TestSessionRepeatSendFromFilter(t *testing.T) {
+	loaded := func() (*Session, *tconn) {
+		h := baseHeader()
+		h.LastSeq = 10
+		s := machine(h, state{}, wal.Entry{Seq: 9, Role: RoleUser, Metadata: map[string]any{"id": "m9"}}, wal.Entry{Seq: 10, Role: RoleAgent})
+		s.sends.addOlder("m1") // as load does for ids older than the tail
+		c := &tconn{"c"}
+		s.Step(t0, evAttach{conn: c, userID: "alice", lastSeq: 10})
+		return s, c
+	}
+	t.Run("found", func(t *testing.T) {
+		s, c := loaded()
+		send := evSend{conn: c, id: "m1", content: "again"}
+		effs := s.Step(t0, send)
+		wantTypes(t, "old id", effs, effLookupSend{})
+		if !reflect.DeepEqual(effs[0].(effLookupSend).send, send) {
+			t.Fatalf("lookup = %+v", effs[0])
+		}
+		before, appends := s.Header(), s.nextID
+		effs = s.Step(t0, evSendChecked{send: send, seq: 1, found: true})
+		wantTypes(t, "found", effs, effDeliver{})
+		if *effs[0].(effDeliver).out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) || s.nextID != appends || !reflect.DeepEqual(s.Header(), before) {
+			t.Fatalf("found: %+v, header %+v", effs, s.Header())
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		s, c := loaded()
+		send := evSend{conn: c, id: "m1", content: "new after all"}
+		one[effLookupSend](t, s.Step(t0, send))
+		effs := s.Step(t0, evSendChecked{send: send, found: false})
+		ap := one[effAppend](t, effs)
+		if ap.batch.Entries[0].Seq != 11 || ap.batch.Entries[0].Content != "new after all" {
+			t.Fatalf("a filter false positive was not stored as new: %+v", ap.batch.Entries)
+		}
+	})
+	t.Run("recent ids and unknown ids need no lookup", func(t *testing.T) {
+		s, c := loaded()
+		wantTypes(t, "recent", s.Step(t0, evSend{conn: c, id: "m9"}), effDeliver{})
+		wantTypes(t, "unknown", s.Step(t0, evSend{conn: c, id: "fresh"}), effAppend{})
+	})
+	t.Run("evicted from the tail", func(t *testing.T) {
+		s, c := newAttached(t)
+		s.tail.maxEntries = 2
+		for i := 1; i <= 3; i++ {
+			durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
+			durable(s, t0, evAction{userSeq: uint64(2*i - 1), action: Action{Reply: "r"}})
+		}
+		if _, ok := s.sends.seen("m1"); ok || !s.sends.mayBeOlder("m1") {
+			t.Fatal("an id whose entry left the tail must move to the filters")
+		}
+		wantTypes(t, "evicted id", s.Step(t0, evSend{conn: c, id: "m1"}), effLookupSend{})
+	})
+}
+
+func TestSessionMaxTurns(t *testing.T) {
+	s, c := newAttached(t)
+	for i := 1; i <= 4; i++ { // the engine answers none of them
+		durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
+	}
+	before, appends := s.Header(), s.nextID
+	effs := s.Step(t0, evSend{conn: c, id: "m5", content: "one too many"})
+	wantTypes(t, "over the limit", effs, effDeliver{})
+	e, ok := effs[0].(effDeliver).out.(*ErrorOut)
+	if !ok || e.Code != CodeRateLimited || e.ID != "m5" || !strings.Contains(e.Message, "busy") {
+		t.Fatalf("refusal = %+v", effs[0])
+	}
+	if s.nextID != appends || !reflect.DeepEqual(s.Header(), before) || len(s.st.Turns) != 4 {
+		t.Fatal("a refused send changed the session")
+	}
+	// A repeat of an accepted one is still acked; once a turn is answered
+	// there is room again.
+	wantTypes(t, "repeat at the limit", s.Step(t0, evSend{conn: c, id: "m1"}), effDeliver{})
+	durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "r"}})
+	if ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m5", content: "now"})); ap.batch.Entries[0].Seq != 6 {
+		t.Fatalf("send after room was made: %+v", ap.batch.Entries)
+	}
+}
+
+func TestSendIndexFilters(t *testing.T) {
+	x := newSendIndex()
+	x.retire("never-seen") // nothing to move
+	if len(x.filters) != 0 {
+		t.Fatal("retiring an unknown id made a filter")
+	}
+	x.add("r", 7)
+	x.retire("r")
+	if _, ok := x.seen("r"); ok || !x.mayBeOlder("r") {
+		t.Fatal("retire must move the id from memory to the filters")
+	}
+	for i := range 2000 {
+		x.addOlder(fmt.Sprint("old-", i))
+	}
+	for i := range 2000 {
+		if !x.mayBeOlder(fmt.Sprint("old-", i)) {
+			t.Fatalf("old-%d lost: a filter must have no false negatives", i)
+		}
+	}
+	// The filters double: 256, 512, 1024, 2048 ids.
+	if !slices.Equal(x.caps, []uint{256, 512, 1024, 2048}) {
+		t.Fatalf("filter capacities %v", x.caps)
+	}
+	fp := 0
+	for i := range 10000 {
+		if x.mayBeOlder(fmt.Sprint("new-", i)) {
+			fp++
+		}
+	}
+	// Four filters at 1% each: well under 5% in all.
+	if fp > 500 {
+		t.Fatalf("%d false positives in 10000", fp)
+	}
+}
+
+func TestTailBounds(t *testing.T) {
+	entry := func(seq uint64, n int) wal.Entry {
+		return wal.Entry{Seq: seq, Role: RoleUser, Content: strings.Repeat("x", n), Metadata: map[string]any{"id": fmt.Sprint("m", seq)}}
+	}
+	var evicted []uint64
+	tl := newTail(3, 1<<20, func(e wal.Entry) { evicted = append(evicted, e.Seq) })
+	if tl.first() != 1 || tl.last() != 0 || tl.span(1, 5) != nil {
+		t.Fatal("an empty tail holds something")
+	}
+	for s := uint64(1); s <= 5; s++ {
+		tl.add(entry(s, 10))
+	}
+	if !slices.Equal(seqsOf(tl.entries), []uint64{3, 4, 5}) || !slices.Equal(evicted, []uint64{1, 2}) {
+		t.Fatalf("tail %v evicted %v", seqsOf(tl.entries), evicted)
+	}
+	if got := seqsOf(tl.span(1, 5)); !slices.Equal(got, []uint64{3, 4}) {
+		t.Fatalf("span(1,5) = %v", got)
+	}
+	if e, ok := tl.get(4); !ok || e.Seq != 4 {
+		t.Fatal("get(4)")
+	}
+	if _, ok := tl.get(2); ok {
+		t.Fatal("get of an evicted entry")
+	}
+
+	// The byte cap: 32 KiB entries under a 100 KiB cap. The tail never
+	// holds more than the cap, except a single entry larger than it.
+	const kib = 1 << 10
+	tb := newTail(1000, 100*kib, nil)
+	for s := uint64(1); s <= 20; s++ {
+		tb.add(entry(s, 32*kib))
+		sum := 0
+		for _, e := range tb.entries {
+			sum += e.Size()
+		}
+		if sum != tb.bytes || tb.bytes > 100*kib || tb.last() != s {
+			t.Fatalf("after %d: %d entries, %d bytes (counted %d), last %d", s, len(tb.entries), tb.bytes, sum, tb.last())
+		}
+	}
+	if len(tb.entries) != 3 {
+		t.Fatalf("%d entries of 32 KiB under 100 KiB", len(tb.entries))
+	}
+	tb.add(entry(21, 200*kib))
+	if len(tb.entries) != 1 || tb.last() != 21 {
+		t.Fatalf("an entry over the cap must stay alone: %v", seqsOf(tb.entries))
+	}
+	// A gap (cannot happen) starts the tail over rather than hold it.
+	tb.add(entry(30, 10))
+	if !slices.Equal(seqsOf(tb.entries), []uint64{30}) {
+		t.Fatalf("after a gap: %v", seqsOf(tb.entries))
+	}
+}

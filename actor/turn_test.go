@@ -1,0 +1,370 @@
+package actor
+
+import (
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// appendedEntry is the one entry effs append.
+func appendedEntry(t *testing.T, effs []Effect) wal.Entry {
+	t.Helper()
+	ap := one[effAppend](t, effs)
+	if len(ap.batch.Entries) != 1 {
+		t.Fatalf("appended %+v, want one entry", ap.batch.Entries)
+	}
+	return ap.batch.Entries[0]
+}
+
+func TestSessionActionReply(t *testing.T) {
+	s, c := newAttached(t)
+	durable(s, t0, evSend{conn: c, id: "m1", content: "one"})
+	durable(s, t0, evSend{conn: c, id: "m2", content: "two"})
+
+	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "r1", AgentContext: map[string]any{"x": 1.0}}})
+	wantTypes(t, "reply", effs, effAppend{}, effDeliver{}, effStep{})
+	e := appendedEntry(t, effs)
+	if e.Seq != 3 || e.Role != RoleAgent || e.Content != "r1" || e.Metadata["reply_to"] != uint64(1) {
+		t.Fatalf("reply entry = %+v", e)
+	}
+	if cx, err := decodeContexts(effs[0].(effAppend).batch.Context); err != nil || cx.Agent["x"] != 1.0 {
+		t.Fatalf("the agent context was not written with the reply: %+v %v", cx, err)
+	}
+	if st := effs[2].(effStep); st.userSeq != 2 || !slices.Equal(s.st.Turns, []uint64{2}) {
+		t.Fatalf("next step = %+v, turns %v", st, s.st.Turns)
+	}
+	// A stale answer for the finished turn is dropped.
+	if effs := s.Step(t0, evAction{userSeq: 1, action: Action{Reply: "late"}}); len(effs) != 0 {
+		t.Fatalf("stale action: %v", effTypes(effs))
+	}
+	effs = durable(s, t0, evAction{userSeq: 2, err: errors.New("model down")})
+	wantTypes(t, "error reply", effs, effAppend{}, effDeliver{})
+	if e := appendedEntry(t, effs); e.Seq != 4 || e.Role != RoleSystem || e.Content != "agent error: model down" {
+		t.Fatalf("error entry = %+v", e)
+	}
+	if s.busy || len(s.st.Turns) != 0 {
+		t.Fatalf("busy %v turns %v after the last turn", s.busy, s.st.Turns)
+	}
+}
+
+func TestSessionToolCall(t *testing.T) {
+	s, c := newAttached(t)
+	durable(s, t0, evSend{conn: c, id: "m1", content: "find laptops"})
+	args := map[string]any{"query": "laptops"}
+	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search", Args: args}}})
+	wantTypes(t, "call", effs, effAppend{}, effDeliver{}, effRunTool{})
+	e := appendedEntry(t, effs)
+	wantMD := map[string]any{"call_id": "call-2", "name": "search", "status": ToolStarted, "reply_to": uint64(1), "args": args}
+	if e.Seq != 2 || e.Role != RoleTool || !reflect.DeepEqual(e.Metadata, wantMD) {
+		t.Fatalf("started entry = %+v", e)
+	}
+	want := ToolCall{CallID: "call-2", Name: "search", Args: args, Status: ToolStarted, StartedSeq: 2, ReplyTo: 1}
+	if call := effs[2].(effRunTool).call; !reflect.DeepEqual(call, want) {
+		t.Fatalf("run = %+v, want %+v", call, want)
+	}
+	if st, _ := decodeState(effs[0].(effAppend).batch.Header.State); st.Pending == nil || st.Pending.CallID != "call-2" {
+		t.Fatalf("the pending call is not in the appended state: %+v", st)
+	}
+	if s.hdr.Sensitive {
+		t.Fatal("a plain tool marked the session sensitive")
+	}
+	// While the tool runs the engine cannot answer the turn.
+	if effs := s.Step(t0, evAction{userSeq: 1, action: Action{Reply: "too early"}}); len(effs) != 0 {
+		t.Fatalf("action during a tool run: %v", effTypes(effs))
+	}
+	effs = durable(s, t0, evToolProgress{callID: "call-2", partial: "1 of 3"})
+	wantTypes(t, "progress", effs, effAppend{})
+	if st, _ := decodeState(effs[0].(effAppend).batch.Header.State); st.Pending.Partial != "1 of 3" {
+		t.Fatalf("progress state = %+v", st.Pending)
+	}
+	for _, ev := range []Event{evToolProgress{callID: "call-9", partial: "x"}, evToolDone{callID: "call-9", result: "x"}} {
+		if effs := s.Step(t0, ev); len(effs) != 0 {
+			t.Fatalf("%T of another call: %v", ev, effTypes(effs))
+		}
+	}
+	effs = durable(s, t0, evToolDone{callID: "call-2", result: "3 results"})
+	wantTypes(t, "tool done", effs, effAppend{}, effDeliver{}, effStep{})
+	e = appendedEntry(t, effs)
+	if e.Seq != 3 || e.Content != "3 results" || mdString(e, "status") != ToolCompleted || mdString(e, "result") != "3 results" ||
+		mdString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{3}) {
+		t.Fatalf("completed entry = %+v, state %+v", e, s.st)
+	}
+	if effs := s.Step(t0, evToolDone{callID: "call-2", result: "again"}); len(effs) != 0 {
+		t.Fatalf("second result: %v", effTypes(effs))
+	}
+	wantTypes(t, "reply", durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "done"}}), effAppend{}, effDeliver{})
+	if s.st.Steps != nil || s.busy {
+		t.Fatalf("state after the turn: %+v", s.st)
+	}
+}
+
+func TestSessionToolFailedAndSensitive(t *testing.T) {
+	s, c := newAttached(t)
+	durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
+	durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	e := appendedEntry(t, durable(s, t0, evToolDone{callID: "call-2", err: errors.New("boom")}))
+	if mdString(e, "status") != ToolFailed || e.Content != "boom" || mdString(e, "result") != "boom" {
+		t.Fatalf("failed entry = %+v", e)
+	}
+
+	s, c = newAttached(t)
+	durable(s, t0, evSend{conn: c, id: "m1", content: "pay rent"})
+	effs := s.Step(t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "payment"}}})
+	// The mark is durable before the sensitive tool runs.
+	if ap := one[effAppend](t, effs); !ap.batch.Header.Sensitive || !s.hdr.Sensitive || len(only[effRunTool](effs)) != 0 {
+		t.Fatalf("sensitive tool: %v, header %+v", effTypes(effs), ap.batch.Header)
+	}
+}
+
+func TestSessionMaxSteps(t *testing.T) {
+	s, c := newAttached(t)
+	durable(s, t0, evSend{conn: c, id: "m1", content: "loop"})
+	for i := range maxSteps {
+		effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		call := one[effRunTool](t, effs).call
+		durable(s, t0, evToolDone{callID: call.CallID, result: "again"})
+		if len(s.st.Steps) != i+1 {
+			t.Fatalf("steps %v", s.st.Steps)
+		}
+	}
+	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	e := appendedEntry(t, effs)
+	if e.Role != RoleSystem || !strings.Contains(e.Content, "more than 16 tool calls") || len(only[effRunTool](effs)) != 0 {
+		t.Fatalf("call beyond maxSteps: %+v", e)
+	}
+	if s.busy || s.st.Steps != nil || len(s.st.Turns) != 0 {
+		t.Fatalf("the turn did not end: %+v", s.st)
+	}
+}
+
+func TestSessionContext(t *testing.T) {
+	s, c := newAttached(t)
+	set := func(set map[string]any, want map[string]any, sensitive bool) {
+		t.Helper()
+		effs := durable(s, t0, evContext{conn: c, set: set})
+		wantTypes(t, "context", effs, effAppend{}, effDeliver{})
+		ap := effs[0].(effAppend)
+		got := effs[1].(effDeliver).out.(*ContextOut).Context
+		cx, err := decodeContexts(ap.batch.Context)
+		if err != nil || !reflect.DeepEqual(got, want) || !reflect.DeepEqual(cx.User, want) {
+			t.Fatalf("set %v: out %v, appended %v (%v), want %v", set, got, cx.User, err, want)
+		}
+		if s.hdr.Sensitive != sensitive || ap.batch.Header.Sensitive != sensitive {
+			t.Fatalf("set %v: sensitive %v, want %v", set, s.hdr.Sensitive, sensitive)
+		}
+	}
+	set(map[string]any{"goal": "compare laptops", "lang": "zh"}, map[string]any{"goal": "compare laptops", "lang": "zh"}, false)
+	set(map[string]any{"lang": nil, "budget": 900.0}, map[string]any{"goal": "compare laptops", "budget": 900.0}, false)
+	set(map[string]any{"sensitive": false}, map[string]any{"goal": "compare laptops", "budget": 900.0, "sensitive": false}, false)
+	set(map[string]any{"sensitive": true}, map[string]any{"goal": "compare laptops", "budget": 900.0, "sensitive": true}, true)
+	// Nothing clears the mark.
+	set(map[string]any{"sensitive": false}, map[string]any{"goal": "compare laptops", "budget": 900.0, "sensitive": true}, true)
+	set(map[string]any{"sensitive": nil, "goal": nil}, map[string]any{"budget": 900.0, "sensitive": true}, true)
+
+	// The ContextOut is a copy.
+	out := outs(durable(s, t0, evContext{conn: c, set: map[string]any{"a": 1.0}}))[0].(*ContextOut)
+	durable(s, t0, evContext{conn: c, set: map[string]any{"b": 2.0}})
+	if _, ok := out.Context["b"]; ok {
+		t.Fatal("ContextOut shares the session's map")
+	}
+
+	// Over MaxContextBytes: too_large, nothing changed or appended.
+	before, ctxBefore, appends := s.Header(), maps.Clone(s.ctx.User), s.nextID
+	effs := s.Step(t0, evContext{conn: c, set: map[string]any{"big": strings.Repeat("x", 2000)}})
+	wantTypes(t, "too large", effs, effDeliver{})
+	if e, ok := effs[0].(effDeliver).out.(*ErrorOut); !ok || e.Code != CodeTooLarge {
+		t.Fatalf("refusal = %+v", effs[0])
+	}
+	if s.nextID != appends || !reflect.DeepEqual(s.Header(), before) || !reflect.DeepEqual(s.ctx.User, ctxBefore) {
+		t.Fatal("a refused context changed the session")
+	}
+	// Shrinking is always allowed, and a send after it writes no context.
+	wantTypes(t, "delete", durable(s, t0, evContext{conn: c, set: map[string]any{"budget": nil}}), effAppend{}, effDeliver{})
+	if ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m1", content: "x"})); ap.batch.Context != nil {
+		t.Fatal("a send rewrote an unchanged context")
+	}
+}
+
+func TestSessionComplete(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		s, c := exchanged(t)
+		effs := durable(s, t0, evComplete{conn: c})
+		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effClose{}, effStatus{}, effStop{})
+		if ap := effs[1].(effAppend); len(ap.batch.Entries) != 0 || ap.batch.Header.Status != wal.StatusCompleted {
+			t.Fatalf("append = %+v", ap)
+		}
+		if d := effs[2].(effDeliver); !reflect.DeepEqual(d.out, &CompletedOut{SessionID: "s1"}) {
+			t.Fatalf("deliver = %+v", d)
+		}
+		if cl := effs[3].(effClose); cl.conn != c || cl.why != CloseCompleted {
+			t.Fatalf("close = %+v", cl)
+		}
+		if st := effs[4].(effStatus); st.status != wal.StatusCompleted || st.userID != "alice" {
+			t.Fatalf("status = %+v", st)
+		}
+		if s.hdr.Status != wal.StatusCompleted || s.conn != nil {
+			t.Fatal("not completed")
+		}
+	})
+	t.Run("pending tool", func(t *testing.T) {
+		s, c := newAttached(t)
+		durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
+		durable(s, t0, evSend{conn: c, id: "m2", content: "q2"})
+		durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		effs := durable(s, t0, evComplete{conn: c})
+		// The abandoned call's entry reaches the client before completed.
+		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effDeliver{}, effClose{}, effStatus{}, effStop{})
+		e := appendedEntry(t, effs)
+		if e.Seq != 4 || e.Role != RoleTool || mdString(e, "status") != ToolFailed || mdString(e, "call_id") != "call-3" ||
+			e.Content != "cancelled: session completed" {
+			t.Fatalf("abandoned call entry = %+v", e)
+		}
+		if d := effs[2].(effDeliver); d.out.(*EntryOut).Entry.Seq != 4 {
+			t.Fatalf("first deliver = %+v", d)
+		}
+		if st, _ := decodeState(effs[1].(effAppend).batch.Header.State); st.Pending != nil || len(st.Turns) != 0 {
+			t.Fatalf("state after complete = %+v", st)
+		}
+		// The tool's late result and the engine's late answer are dropped.
+		for _, ev := range []Event{evToolDone{callID: "call-3", result: "x"}, evAction{userSeq: 1, action: Action{Reply: "x"}}} {
+			if effs := s.Step(t0, ev); len(effs) != 0 {
+				t.Fatalf("late %T: %v", ev, effTypes(effs))
+			}
+		}
+	})
+}
+
+func TestSessionStartAfterCrash(t *testing.T) {
+	t.Run("not idempotent: logged failed", func(t *testing.T) {
+		s := machine(pendingHeader(), pendingState("search", 0), pendingEntries("search")...)
+		effs := durable(s, t0, evStart{})
+		wantTypes(t, "start", effs, effAppend{}, effStep{})
+		e := appendedEntry(t, effs)
+		if e.Seq != 3 || e.Role != RoleTool || e.Content != interrupted || mdString(e, "status") != ToolFailed ||
+			mdString(e, "call_id") != "call-2" || e.Metadata["reply_to"] != uint64(1) {
+			t.Fatalf("failed entry = %+v", e)
+		}
+		if st := effs[1].(effStep); st.userSeq != 1 || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{3}) {
+			t.Fatalf("step %+v state %+v", st, s.st)
+		}
+	})
+	t.Run("idempotent: run once more", func(t *testing.T) {
+		s := machine(pendingHeader(), pendingState("isearch", 0), pendingEntries("isearch")...)
+		effs := durable(s, t0, evStart{})
+		wantTypes(t, "start", effs, effAppend{}, effRunTool{})
+		st, _ := decodeState(effs[0].(effAppend).batch.Header.State)
+		if len(effs[0].(effAppend).batch.Entries) != 0 || st.Pending == nil || st.Pending.Attempts != 1 {
+			t.Fatalf("the attempt must be durable before the run: %+v", st)
+		}
+		if call := effs[1].(effRunTool).call; call.CallID != "call-2" || call.Attempts != 1 || !s.busy {
+			t.Fatalf("run = %+v", call)
+		}
+	})
+	t.Run("idempotent, cut short again: failed", func(t *testing.T) {
+		s := machine(pendingHeader(), pendingState("isearch", 1), pendingEntries("isearch")...)
+		effs := durable(s, t0, evStart{})
+		wantTypes(t, "start", effs, effAppend{}, effStep{})
+		if e := appendedEntry(t, effs); mdString(e, "status") != ToolFailed || e.Content != interrupted {
+			t.Fatalf("entry = %+v", e)
+		}
+	})
+	t.Run("owed turns, nothing, terminal", func(t *testing.T) {
+		h := baseHeader()
+		h.LastSeq = 3
+		effs := machine(h, state{Turns: []uint64{1, 3}}).Step(t0, evStart{})
+		wantTypes(t, "owed turns", effs, effStep{})
+		if effs[0].(effStep).userSeq != 1 {
+			t.Fatalf("step = %+v", effs[0])
+		}
+		if effs := machine(baseHeader(), state{}).Step(t0, evStart{}); len(effs) != 0 {
+			t.Fatalf("nothing to do: %v", effTypes(effs))
+		}
+		for _, st := range []wal.Status{wal.StatusCompleted, wal.StatusExpired} {
+			h := pendingHeader()
+			h.Status = st
+			if effs := machine(h, pendingState("search", 0)).Step(t0, evStart{}); len(effs) != 0 {
+				t.Fatalf("%s session started work: %v", st, effTypes(effs))
+			}
+		}
+	})
+}
+
+// One idempotent call through successive crashes, each boot starting from
+// what the previous one made durable: the original run plus one re-run.
+func TestSessionIdempotentToolNotRunThrice(t *testing.T) {
+	h, st, runs := pendingHeader(), pendingState("isearch", 0), 1
+	for boot := 1; boot <= 4; boot++ {
+		s := machine(h, st, pendingEntries("isearch")...)
+		effs := s.Step(t0, evStart{})
+		for _, ap := range only[effAppend](effs) {
+			h = ap.batch.Header
+			st, _ = decodeState(h.State)
+		}
+		if len(only[effRunTool](durable(s, t0, evAppended{id: s.nextID}))) == 0 {
+			if st.Pending != nil {
+				t.Fatalf("boot %d neither ran nor failed the call", boot)
+			}
+			break
+		}
+		runs++ // ... and the node crashes again during this run
+	}
+	if runs != 2 {
+		t.Fatalf("an idempotent call ran %d times across crashes, want 2", runs)
+	}
+}
+
+func TestSessionRecoverAt(t *testing.T) {
+	boot := t0.Add(time.Hour)
+	t.Run("active: the window starts at boot", func(t *testing.T) {
+		s := machine(baseHeader(), state{})
+		effs := s.recoverAt(boot, boot.Add(-time.Minute))
+		ap := one[effAppend](t, effs)
+		h := s.Header()
+		if h.Status != wal.StatusInterrupted || !h.InterruptedAt.Equal(boot) || !h.ExpiresAt.Equal(boot.Add(testWindow)) ||
+			!reflect.DeepEqual(ap.batch.Header, h) {
+			t.Fatalf("header = %+v", h)
+		}
+	})
+	t.Run("interrupted, window ended before the stop: expired", func(t *testing.T) {
+		for _, after := range []time.Duration{0, time.Second} {
+			h := pendingHeader()
+			s := machine(h, pendingState("search", 0))
+			effs := s.recoverAt(boot, h.ExpiresAt.Add(after))
+			ap := one[effAppend](t, effs)
+			if s.hdr.Status != wal.StatusExpired || ap.batch.Header.Status != wal.StatusExpired || s.hasWork() {
+				t.Fatalf("status %s", s.hdr.Status)
+			}
+			// The call in flight gets an outcome.
+			if len(ap.batch.Entries) != 1 || mdString(ap.batch.Entries[0], "status") != ToolFailed {
+				t.Fatalf("entries %+v", ap.batch.Entries)
+			}
+			if len(only[effStatus](durable(s, boot, evAppended{id: ap.id}))) != 1 {
+				t.Fatal("the expiry is not reported to the registry")
+			}
+		}
+	})
+	t.Run("interrupted, window open at the stop: extended by the downtime", func(t *testing.T) {
+		h := pendingHeader()
+		lastAlive := h.ExpiresAt.Add(-2 * time.Minute)
+		s := machine(h, pendingState("search", 0))
+		one[effAppend](t, s.recoverAt(boot, lastAlive))
+		if want := h.ExpiresAt.Add(boot.Sub(lastAlive)); !s.hdr.ExpiresAt.Equal(want) || s.hdr.Status != wal.StatusInterrupted || !s.hasWork() {
+			t.Fatalf("expires %v status %s, want %v", s.hdr.ExpiresAt, s.hdr.Status, want)
+		}
+	})
+	t.Run("terminal", func(t *testing.T) {
+		for _, st := range []wal.Status{wal.StatusCompleted, wal.StatusExpired} {
+			h := baseHeader()
+			h.Status = st
+			if effs := machine(h, state{}).recoverAt(boot, boot); len(effs) != 0 {
+				t.Fatalf("%s: %v", st, effTypes(effs))
+			}
+		}
+	})
+}

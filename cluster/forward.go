@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tether-dev/tether/actor"
+)
+
+// Session is a client's attached session: an *actor.Handle when this
+// node owns it, a remote session otherwise. The gateway's Session has the
+// same methods.
+type Session interface {
+	Send(ctx context.Context, id, content string, metadata map[string]any) error
+	History(ctx context.Context, before uint64, limit int) error
+	SetContext(ctx context.Context, set map[string]any) error
+	Complete(ctx context.Context) error
+	Detach()
+}
+
+var _ Session = (*actor.Handle)(nil)
+
+// Resume attaches req.Conn to the session through its owner: this node's
+// registry, or the owner's over the link (the client's socket stays here).
+func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
+	return c.open(ctx, req.SessionID, req.Conn, sessionReq{
+		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime,
+	}, func(reg *actor.Registry) (Session, error) {
+		h, err := reg.Resume(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
+	})
+}
+
+// Create makes a new session on the owner of req.SessionID.
+func (c *Cluster) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
+	return c.open(ctx, req.SessionID, req.Conn, sessionReq{SID: req.SessionID, User: req.UserID, Reason: nonEmpty(req.Reason, actor.ReasonNew)},
+		func(reg *actor.Registry) (Session, error) {
+			h, err := reg.Create(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return h, nil
+		})
+}
+
+// Snapshot reads a session at its owner.
+func (c *Cluster) Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error) {
+	var snap actor.Snapshot
+	err := c.route(ctx, sid, func(reg *actor.Registry) error {
+		var err error
+		snap, err = reg.Snapshot(ctx, sid, user, authTime)
+		return err
+	}, func(owner Member) error {
+		var resp snapshotResp
+		err := c.link.Call(ctx, owner.LinkAddr, methodSnapshot, snapshotReq{SID: sid, User: user, AuthTime: authTime}, &resp)
+		if code := ErrorCode(err); code != "" {
+			return permanent{actorErr(code, err.Error())}
+		}
+		snap = resp.Snap
+		return err
+	})
+	return snap, err
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// permanent marks an answer from the owner that retrying cannot change.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// route runs local when this node owns sid and remote with the owner
+// otherwise. An owner that cannot be reached is tried again, re-resolved
+// each time (the membership may be settling), for ForwardFor; then the
+// answer is ErrUnavailable.
+func (c *Cluster) route(ctx context.Context, sid string, local func(*actor.Registry) error, remote func(Member) error) error {
+	deadline := time.Now().Add(c.cfg.ForwardFor)
+	backoff := 50 * time.Millisecond
+	for {
+		owner := c.owner(sid)
+		var err error
+		if owner == c.cfg.Self.ID {
+			reg, rerr := c.registry()
+			if rerr != nil {
+				return ErrUnavailable
+			}
+			return local(reg)
+		}
+		if m, ok := c.member(owner); ok {
+			err = remote(m)
+			var p permanent
+			if err == nil || errors.As(err, &p) {
+				return unwrapPermanent(err)
+			}
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			c.stats.unavailable.Add(1)
+			c.log.Warn("session owner unreachable", "session", sid, "owner", owner, "err", err)
+			return ErrUnavailable
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func unwrapPermanent(err error) error {
+	var p permanent
+	if errors.As(err, &p) {
+		return p.err
+	}
+	return err
+}
+
+// open routes a hello to the session's owner.
+func (c *Cluster) open(ctx context.Context, sid string, conn actor.Conn, req sessionReq, local func(*actor.Registry) (Session, error)) (Session, error) {
+	var sess Session
+	err := c.route(ctx, sid, func(reg *actor.Registry) error {
+		var err error
+		sess, err = local(reg)
+		return err
+	}, func(owner Member) error {
+		var err error
+		sess, err = c.openRemote(ctx, owner, conn, req)
+		return err
+	})
+	return sess, err
+}
+
+// openRemote opens a session stream to the owner and waits for its answer
+// to the hello.
+func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn, req sessionReq) (Session, error) {
+	s, err := c.link.Open(ctx, owner.LinkAddr, methodSession, req)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := s.Recv(ctx)
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	var res sessionResult
+	if err := msgpack.Unmarshal(raw, &res); err != nil {
+		_ = s.Close()
+		return nil, permanent{fmt.Errorf("cluster: bad answer from %s: %w", owner.ID, err)}
+	}
+	if res.Code != "" {
+		_ = s.Close()
+		if res.Code == codeClosed {
+			return nil, errors.New("cluster: the owner is shutting down") // retried
+		}
+		return nil, permanent{actorErr(res.Code, res.Message)}
+	}
+	c.stats.forwarded.Add(1)
+	r := &remote{c: c, s: s, conn: conn}
+	c.wg.Add(1)
+	go r.read()
+	return r, nil
+}
+
+// remote is a session whose owner is another node: the client's frames go
+// to it over a link stream, and what its actor says comes back the same
+// way and is delivered to the client's connection here.
+type remote struct {
+	c    *Cluster
+	s    *Stream
+	conn actor.Conn
+	once sync.Once
+}
+
+func (r *remote) op(ctx context.Context, m opMsg) error {
+	if err := r.s.Send(ctx, m); err != nil {
+		return fmt.Errorf("%w: %v", actor.ErrGone, err)
+	}
+	return nil
+}
+
+func (r *remote) Send(ctx context.Context, id, content string, metadata map[string]any) error {
+	return r.op(ctx, opMsg{Op: "send", ID: id, Content: content, Metadata: metadata})
+}
+
+func (r *remote) History(ctx context.Context, before uint64, limit int) error {
+	return r.op(ctx, opMsg{Op: "history", Before: before, Limit: limit})
+}
+
+func (r *remote) SetContext(ctx context.Context, set map[string]any) error {
+	return r.op(ctx, opMsg{Op: "context", Set: set})
+}
+
+func (r *remote) Complete(ctx context.Context) error { return r.op(ctx, opMsg{Op: "complete"}) }
+
+// Detach closes the stream; the owner detaches the session when it ends.
+func (r *remote) Detach() { r.once.Do(func() { _ = r.s.Close() }) }
+
+// read delivers what the owner's actor says to the client. When the
+// stream ends without the owner closing the client (the owner died or the
+// link broke), the client is told to reconnect.
+func (r *remote) read() {
+	defer r.c.wg.Done()
+	for {
+		raw, err := r.s.Recv(r.c.ctx)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				r.conn.Close(actor.CloseShutdown, "lost the session's owner; reconnect")
+			}
+			return
+		}
+		var m outMsg
+		if err := msgpack.Unmarshal(raw, &m); err != nil {
+			r.c.log.Error("bad message from a session's owner", "err", err)
+			r.conn.Close(actor.CloseInternal, "internal error")
+			r.Detach()
+			return
+		}
+		if m.Close != nil {
+			r.conn.Close(m.Close.Why, m.Close.Msg)
+			continue
+		}
+		if o := m.out(); o != nil {
+			r.conn.Deliver(o)
+		}
+	}
+}

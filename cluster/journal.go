@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/wal"
+)
+
+// journal is the replicated actor.Journal: the owner writes to its own
+// store and, before an append is reported durable, to every replica of the
+// session; a new owner first brings its copy up to date from the best copy
+// in the cluster and takes an epoch above all of them (claim.go).
+type journal struct {
+	c     *Cluster
+	local *wal.Log
+
+	mu    sync.Mutex
+	repls map[string]*replicator // sessions claimed here
+}
+
+var _ actor.Journal = (*journal)(nil)
+
+func newJournal(c *Cluster) *journal {
+	return &journal{c: c, local: c.cfg.Store, repls: make(map[string]*replicator)}
+}
+
+// Create stores a new session here and on its replicas before it is
+// shown to anyone.
+func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error) {
+	hdr, err := j.local.Create(ctx, h, context)
+	if err != nil {
+		return wal.Header{}, err
+	}
+	r := j.replicatorFor(hdr.SessionID, hdr.Epoch, hdr.LastSeq, 0)
+	if err := r.fenceAll(ctx, true); err != nil {
+		j.drop(hdr.SessionID)
+		_ = j.local.Release(ctx, hdr.SessionID, hdr.Epoch)
+		_, _ = j.local.DeleteSession(ctx, hdr.SessionID, nil)
+		return wal.Header{}, fmt.Errorf("%w: store the new session on its replicas: %v", ErrUnavailable, err)
+	}
+	return hdr, nil
+}
+
+// Claim makes this node the session's owner (claim.go).
+func (j *journal) Claim(ctx context.Context, sid string) (wal.SessionData, error) {
+	return j.claim(ctx, sid)
+}
+
+// Release gives the claim up.
+func (j *journal) Release(ctx context.Context, sid string, epoch uint64) error {
+	j.drop(sid)
+	return j.local.Release(ctx, sid, epoch)
+}
+
+// AppendAsync appends locally and, once that is durable, on every
+// replica; done hears of it when both are (in order, per session).
+func (j *journal) AppendAsync(ctx context.Context, b wal.Batch, done func(error)) error {
+	j.mu.Lock()
+	r := j.repls[b.SessionID]
+	j.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("%w: %q is not claimed by this node", wal.ErrNotClaimed, b.SessionID)
+	}
+	return j.local.AppendAsync(ctx, b, func(err error) { r.enqueue(b, err, done) })
+}
+
+// Header reads the local copy, or, when this node has none (an owner that
+// has not pulled the session yet), the best copy in the cluster.
+func (j *journal) Header(sid string) (wal.Header, error) {
+	h, err := j.local.Header(sid)
+	if !errors.Is(err, wal.ErrNotFound) {
+		return h, err
+	}
+	best, ok := j.best(j.c.ctx, sid, j.survey(j.c.ctx, sid))
+	if !ok {
+		return wal.Header{}, err
+	}
+	return best.header, nil
+}
+
+// Load is Header with the context.
+func (j *journal) Load(sid string) (wal.SessionData, error) {
+	d, err := j.local.Load(sid)
+	if !errors.Is(err, wal.ErrNotFound) {
+		return d, err
+	}
+	best, ok := j.best(j.c.ctx, sid, j.survey(j.c.ctx, sid))
+	if !ok {
+		return wal.SessionData{}, err
+	}
+	var resp readResp
+	if err := j.c.call(j.c.ctx, best.node, methodRead, readReq{SID: sid}, &resp); err != nil {
+		return wal.SessionData{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return resp.Data, nil
+}
+
+// The owner has the whole log once it claimed the session: reads are
+// local.
+
+func (j *journal) Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal.Entry, error) {
+	return j.local.Read(sid, lo, hi, limit, newest)
+}
+
+func (j *journal) SendSeq(sid, id string) (uint64, bool, error) { return j.local.SendSeq(sid, id) }
+
+func (j *journal) ScanSends(sid string, fn func(id string, seq uint64)) error {
+	return j.local.ScanSends(sid, fn)
+}
+
+// replicatorFor starts replicating sid under epoch.
+func (j *journal) replicatorFor(sid string, epoch, lastSeq, lastEpoch uint64) *replicator {
+	r := newReplicator(j, sid, epoch, lastSeq, lastEpoch)
+	j.mu.Lock()
+	if old := j.repls[sid]; old != nil {
+		old.stop()
+	}
+	j.repls[sid] = r
+	j.mu.Unlock()
+	return r
+}
+
+func (j *journal) drop(sid string) {
+	j.mu.Lock()
+	r := j.repls[sid]
+	delete(j.repls, sid)
+	j.mu.Unlock()
+	if r != nil {
+		r.stop()
+	}
+}

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/wal"
+)
+
+// Methods of the node link.
+const (
+	methodHead     = "head"     // headReq → headResp: a node's copy of a session, if any
+	methodRead     = "read"     // readReq → readResp: entries of a copy, for pulls and catch-ups
+	methodCopy     = "copy"     // wal.Copy → struct{}: replication (fenced)
+	methodSnapshot = "snapshot" // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
+	methodSession  = "session"  // stream: a client attached through another node
+)
+
+// Link error codes (link.WithCode) the other side maps to sentinels.
+const (
+	codeStaleEpoch = "stale_epoch"
+	codeSeqGap     = "seq_gap"
+	codeDiverged   = "diverged"
+	codeNotFound   = "not_found"
+	codeReauth     = "reauth_required"
+	codeBadLastSeq = "bad_last_seq"
+	codeTooMany    = "too_many_sessions"
+	codeExists     = "exists"
+	codeClosed     = "closed"
+)
+
+type headReq struct {
+	SID string `msgpack:"s"`
+}
+
+type headResp struct {
+	Found  bool       `msgpack:"f"`
+	Header wal.Header `msgpack:"h"`
+}
+
+// readReq asks for entries lo <= seq < hi of a copy (at most Limit), with
+// the send ids of seq >= lo when Sends is set, and the header and context.
+type readReq struct {
+	SID   string `msgpack:"s"`
+	Lo    uint64 `msgpack:"l"`
+	Hi    uint64 `msgpack:"h"`
+	Limit int    `msgpack:"n"`
+	Sends bool   `msgpack:"d"`
+}
+
+type readResp struct {
+	Data    wal.SessionData `msgpack:"x"`
+	Entries []wal.Entry     `msgpack:"e"`
+	Sends   []wal.Send      `msgpack:"d"`
+}
+
+type snapshotReq struct {
+	SID      string    `msgpack:"s"`
+	User     string    `msgpack:"u"`
+	AuthTime time.Time `msgpack:"a"`
+}
+
+type snapshotResp struct {
+	Snap actor.Snapshot `msgpack:"s"`
+}
+
+// sessionReq opens a forwarded session: a resume, or a create when Reason
+// is set.
+type sessionReq struct {
+	SID      string    `msgpack:"s"`
+	User     string    `msgpack:"u"`
+	LastSeq  uint64    `msgpack:"l"`
+	AuthTime time.Time `msgpack:"a"`
+	Reason   string    `msgpack:"r,omitempty"`
+}
+
+// sessionResult is the first value on a session stream from the owner:
+// the error code of a refused open, or ok.
+type sessionResult struct {
+	Code    string `msgpack:"c,omitempty"`
+	Reason  string `msgpack:"r,omitempty"` // of a NotResumedError
+	Message string `msgpack:"m,omitempty"`
+}
+
+// outMsg is one thing the owner's actor tells a client attached elsewhere:
+// exactly one field is set.
+type outMsg struct {
+	Session   *actor.SessionOut   `msgpack:"s,omitempty"`
+	Batch     *actor.BatchOut     `msgpack:"b,omitempty"`
+	Entry     *actor.EntryOut     `msgpack:"e,omitempty"`
+	Ack       *actor.AckOut       `msgpack:"a,omitempty"`
+	Context   *actor.ContextOut   `msgpack:"x,omitempty"`
+	Completed *actor.CompletedOut `msgpack:"d,omitempty"`
+	Error     *actor.ErrorOut     `msgpack:"r,omitempty"`
+	Close     *closeMsg           `msgpack:"c,omitempty"`
+}
+
+type closeMsg struct {
+	Why actor.CloseReason `msgpack:"w"`
+	Msg string            `msgpack:"m"`
+}
+
+// opMsg is one thing the client does, sent by its gateway to the owner.
+type opMsg struct {
+	Op       string         `msgpack:"o"` // send, history, context, complete
+	ID       string         `msgpack:"i,omitempty"`
+	Content  string         `msgpack:"c,omitempty"`
+	Metadata map[string]any `msgpack:"m,omitempty"`
+	Before   uint64         `msgpack:"b,omitempty"`
+	Limit    int            `msgpack:"l,omitempty"`
+	Set      map[string]any `msgpack:"s,omitempty"`
+}
+
+func outOf(o actor.Out) outMsg {
+	switch o := o.(type) {
+	case *actor.SessionOut:
+		return outMsg{Session: o}
+	case *actor.BatchOut:
+		return outMsg{Batch: o}
+	case *actor.EntryOut:
+		return outMsg{Entry: o}
+	case *actor.AckOut:
+		return outMsg{Ack: o}
+	case *actor.ContextOut:
+		return outMsg{Context: o}
+	case *actor.CompletedOut:
+		return outMsg{Completed: o}
+	case *actor.ErrorOut:
+		return outMsg{Error: o}
+	}
+	return outMsg{Error: &actor.ErrorOut{Code: actor.CodeInternal, Message: "the owner sent something this node does not know"}}
+}
+
+// out is the actor.Out m carries, or nil for a close.
+func (m outMsg) out() actor.Out {
+	switch {
+	case m.Session != nil:
+		return m.Session
+	case m.Batch != nil:
+		return m.Batch
+	case m.Entry != nil:
+		return m.Entry
+	case m.Ack != nil:
+		return m.Ack
+	case m.Context != nil:
+		return m.Context
+	case m.Completed != nil:
+		return m.Completed
+	case m.Error != nil:
+		return m.Error
+	}
+	return nil
+}

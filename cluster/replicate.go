@@ -1,0 +1,276 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// replicator ships one owned session's appends to its replicas, in order,
+// after each is durable here. Batches that queue up while a shipment is in
+// flight go out together in the next one, so replication costs a round
+// trip per burst, not per append. A replica that is behind (new in the
+// set, restarted, diverged) is caught up from this node's log before it
+// counts; one that refuses with a newer epoch ends this node's ownership.
+type replicator struct {
+	j     *journal
+	c     *Cluster
+	sid   string
+	epoch uint64
+
+	mu      sync.Mutex
+	queue   []queued
+	running bool
+	stopped bool
+
+	// Owned by the shipping goroutine (or the claim, before it starts):
+	// every replica in synced holds the log up to shipped.
+	shipped, shippedEpoch uint64
+	synced                map[string]bool
+	failed                error // sticky: every later append fails with it
+}
+
+type queued struct {
+	b    wal.Batch
+	err  error // the local append's
+	done func(error)
+}
+
+// errReplicatorStopped: the session was released while a shipment waited.
+var errReplicatorStopped = errors.New("cluster: session released")
+
+func newReplicator(j *journal, sid string, epoch, shipped, shippedEpoch uint64) *replicator {
+	return &replicator{j: j, c: j.c, sid: sid, epoch: epoch, shipped: shipped, shippedEpoch: shippedEpoch, synced: make(map[string]bool)}
+}
+
+// enqueue takes a batch whose local append finished (err says how). It
+// runs on the store's committer goroutine, so it never blocks.
+func (r *replicator) enqueue(b wal.Batch, err error, done func(error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		done(errReplicatorStopped)
+		return
+	}
+	if len(r.queue) == 0 && !r.running && err == nil && r.failed == nil && len(r.targets()) == 0 {
+		// Nothing to replicate to (a cluster of one): durable here is
+		// durable. Entries still count as shipped for later catch-ups.
+		if n := len(b.Entries); n > 0 {
+			r.shipped, r.shippedEpoch = b.Entries[n-1].Seq, r.epoch
+		}
+		done(nil)
+		return
+	}
+	r.queue = append(r.queue, queued{b: b, err: err, done: done})
+	if !r.running {
+		r.running = true
+		r.c.wg.Add(1)
+		go r.run()
+	}
+}
+
+func (r *replicator) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+}
+
+func (r *replicator) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+func (r *replicator) run() {
+	defer r.c.wg.Done()
+	for {
+		r.mu.Lock()
+		items := r.queue
+		r.queue = nil
+		if len(items) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		r.ship(items)
+	}
+}
+
+// ship replicates the items that were appended here and answers each, in
+// order. From the first local failure on, everything fails (fail-stop).
+func (r *replicator) ship(items []queued) {
+	ok := items
+	if i := slices.IndexFunc(items, func(q queued) bool { return q.err != nil }); i >= 0 {
+		ok = items[:i]
+		if r.failed == nil {
+			r.failed = items[i].err
+		}
+	}
+	var err error
+	if r.failed != nil && len(ok) == len(items) {
+		err = r.failed
+	} else if len(ok) > 0 {
+		err = r.replicate(r.merge(ok))
+		if err != nil {
+			r.failed = err
+		}
+	}
+	for i, q := range items {
+		switch {
+		case i < len(ok) && err == nil:
+			q.done(nil)
+		case i < len(ok):
+			q.done(err)
+		default:
+			q.done(r.failed)
+		}
+	}
+}
+
+// merge makes one copy of consecutive batches.
+func (r *replicator) merge(items []queued) wal.Copy {
+	c := wal.Copy{SessionID: r.sid, Epoch: r.epoch, Owner: r.c.cfg.Self.ID, Prev: r.shipped, PrevEpoch: r.shippedEpoch}
+	for _, q := range items {
+		for _, e := range q.b.Entries {
+			e.Epoch = r.epoch
+			c.Entries = append(c.Entries, e)
+		}
+		c.Sends = append(c.Sends, q.b.Sends...)
+		c.Header = q.b.Header
+		if q.b.Context != nil {
+			c.Context = q.b.Context
+		}
+	}
+	return c
+}
+
+// replicate stores cp on every replica, catching up those that are
+// behind, and retries while a replica does not answer: the membership
+// will either bring it back or drop it from the set.
+func (r *replicator) replicate(cp wal.Copy) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := r.shipTo(r.targets(), cp)
+		if err == nil {
+			if n := len(cp.Entries); n > 0 {
+				r.shipped, r.shippedEpoch = cp.Entries[n-1].Seq, cp.Entries[n-1].Epoch
+			}
+			r.c.stats.replicated.Add(1)
+			return nil
+		}
+		if errors.Is(err, wal.ErrStaleEpoch) {
+			r.c.stats.fenced.Add(1)
+			return err
+		}
+		if r.isStopped() {
+			return errReplicatorStopped
+		}
+		r.c.log.Warn("replication delayed", "session", r.sid, "err", err)
+		select {
+		case <-r.c.ctx.Done():
+			return fmt.Errorf("%w: %v", ErrClosed, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// targets are the session's replicas but this node.
+func (r *replicator) targets() []string {
+	return slices.DeleteFunc(r.c.replicas(r.sid), func(id string) bool { return id == r.c.cfg.Self.ID })
+}
+
+// shipTo stores cp on every target in parallel; the first error (a fence
+// above all) is returned.
+func (r *replicator) shipTo(targets []string, cp wal.Copy) error {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.shipOne(t, cp)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, wal.ErrStaleEpoch) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *replicator) shipOne(t string, cp wal.Copy) error {
+	if !r.isSynced(t) {
+		if err := r.catchUp(t); err != nil {
+			return err
+		}
+	}
+	err := remoteErr(r.c.call(r.c.ctx, t, methodCopy, cp, nil))
+	if errors.Is(err, wal.ErrSeqGap) || errors.Is(err, wal.ErrDiverged) {
+		r.setSynced(t, false)
+	}
+	return err
+}
+
+func (r *replicator) isSynced(t string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[t]
+}
+
+func (r *replicator) setSynced(t string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.synced[t] = ok
+}
+
+// fenceAll catches every replica up to what this node holds (and so
+// fences it with this node's epoch). With strict, every replica must take
+// it (a new session is not shown until it is on all of them); otherwise
+// one that does not answer is caught up at the first append.
+func (r *replicator) fenceAll(ctx context.Context, strict bool) error {
+	targets := r.targets()
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.catchUp(t)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, wal.ErrStaleEpoch) || strict:
+			return err
+		default:
+			r.c.log.Warn("replica not caught up at claim; retried at the first append", "session", r.sid, "replica", targets[i], "err", err)
+		}
+	}
+	return ctx.Err()
+}
+
+// remoteErr maps the link codes of a copy's refusal to wal's sentinels.
+func remoteErr(err error) error {
+	switch ErrorCode(err) {
+	case codeStaleEpoch:
+		return fmt.Errorf("%w: %v", wal.ErrStaleEpoch, err)
+	case codeSeqGap:
+		return fmt.Errorf("%w: %v", wal.ErrSeqGap, err)
+	case codeDiverged:
+		return fmt.Errorf("%w: %v", wal.ErrDiverged, err)
+	case codeNotFound:
+		return fmt.Errorf("%w: %v", wal.ErrNotFound, err)
+	}
+	return err
+}
