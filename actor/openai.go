@@ -57,8 +57,8 @@ type OpenAIConfig struct {
 
 // DefaultOpenAISystem is the system prompt the openai engine uses when
 // none is configured.
-const DefaultOpenAISystem = "You are a helpful assistant in a chat that may be resumed after a dropped connection. " +
-	"Answer concisely. Use the tools you are given when they help; after a tool result, answer the user in plain text."
+const DefaultOpenAISystem = "You are a helpful assistant. Answer concisely. " +
+	"Use the tools you are given when they help; after a tool result, answer the user in plain text."
 
 // Errors of the openai engine that callers may branch on; each reaches
 // the user as the text of an "agent error" entry.
@@ -173,10 +173,11 @@ func (o *OpenAI) Next(ctx context.Context, in TurnInput) (Action, error) {
 func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (Action, error) {
 	msgs, kept := o.conversation(in)
 	params := openai.ChatCompletionNewParams{Model: o.cfg.Model, Messages: msgs}
+	// parallel_tool_calls is not sent: some servers and models refuse it.
+	// When a model asks for several calls, the first runs; the model sees
+	// its result and asks again for what it still needs.
 	if len(o.toolDefs) > 0 {
-		params.Tools = o.toolDefs
-		// The actor runs one call per step.
-		params.ParallelToolCalls = openai.Bool(false)
+		params.Tools = o.toolDefs // an empty list is refused by some servers
 	}
 	start := time.Now()
 	attempts := new(int)
@@ -231,6 +232,9 @@ func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	}
 	if len(acc.Choices) > 0 {
 		if calls := acc.Choices[0].Message.ToolCalls; len(calls) > 0 {
+			if len(calls) > 1 {
+				o.log.Debug("model asked for several tool calls; running the first", "calls", len(calls))
+			}
 			call, err := toolCall(calls[0].Function.Name, calls[0].Function.Arguments)
 			if err != nil {
 				return Action{}, err

@@ -68,7 +68,7 @@ func TestOpenAIStreamsText(t *testing.T) {
 	for _, tl := range r.Body.Tools {
 		names = append(names, tl.Function.Name)
 	}
-	if !slices.Equal(names, []string{"search", "get_time"}) || r.Body.ParallelToolCalls == nil || *r.Body.ParallelToolCalls {
+	if !slices.Equal(names, []string{"search", "get_time"}) || r.Body.ParallelToolCalls != nil {
 		t.Fatalf("tools %v, parallel_tool_calls %v", names, r.Body.ParallelToolCalls)
 	}
 	if r.Body.Tools[0].Function.Parameters["required"] == nil {
@@ -316,7 +316,8 @@ func TestOpenAITimeout(t *testing.T) {
 			sseSend(w, textChunk("Thinking"))
 			f.hang(r)
 		})
-		e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Timeout = 300 * time.Millisecond })
+		// Long enough for the first chunk to arrive on a loaded machine.
+		e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Timeout = 2 * time.Second })
 		act, parts, err := streamIn(t, e, userTurn("hi"))
 		if !errors.Is(err, context.DeadlineExceeded) || act.Reply != "" || !slices.Equal(parts, []string{"Thinking"}) {
 			t.Fatalf("action %+v parts %q err %v", act, parts, err)
@@ -478,3 +479,20 @@ func TestOpenAIConfigChecks(t *testing.T) {
 }
 
 func fakeRun(context.Context, map[string]any, func(string)) (string, error) { return "", nil }
+
+// Without tools the request declares none: an empty list is refused by
+// some servers.
+func TestOpenAINoTools(t *testing.T) {
+	leakCheck(t)
+	f := newFakeModel(t, func(w http.ResponseWriter, _ *http.Request, _ int, _ fakeRequest) { streamText(w, "plain") })
+	e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Tools = []OpenAITool{} })
+	if act, _, err := streamIn(t, e, userTurn("hi")); err != nil || act.Reply != "plain" {
+		t.Fatalf("%+v %v", act, err)
+	}
+	if raw := string(f.requests()[0].Raw); strings.Contains(raw, `"tools"`) {
+		t.Fatalf("tools declared: %s", raw)
+	}
+	if _, ok := e.Tool("search"); ok {
+		t.Fatal("search offered")
+	}
+}
