@@ -39,6 +39,7 @@ type serveConfig struct {
 	pprof                                             string
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
+	openai                                            openaiFlags
 }
 
 func (m *Main) parseServe(args []string) (serveConfig, error) {
@@ -87,8 +88,9 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
 	str(&c.origins, "allowed-origins", "", "browser origins allowed besides the node's own host, comma-separated (* for any)")
 	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
-	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo engine's search tool takes")
+	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes")
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
+	c.openai.bind(fs)
 	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	str(&c.logFormat, "log-format", "text", "text|json")
 	str(&c.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
@@ -120,8 +122,8 @@ func (c *serveConfig) check() error {
 		return errors.New("serve: --max-context ≥ 2, --max-turns and --tail-bytes ≥ 1, --max-queue-bytes ≥ 65536")
 	case c.agent != "echo" && c.agent != "demo" && c.agent != "openai":
 		return fmt.Errorf("serve: unknown --agent %q (echo|demo|openai)", c.agent)
-	case c.agent == "openai":
-		return errors.New("serve: the openai engine is not built yet; use echo or demo")
+	case c.agent == "openai" && c.openai.check() != nil:
+		return c.openai.check()
 	case c.logFormat != "text" && c.logFormat != "json":
 		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
 	case c.gossipTiming != "lan" && c.gossipTiming != "local" && c.gossipTiming != "test":
@@ -183,6 +185,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	var engine actor.Engine = actor.Echo{}
 	if c.agent == "demo" {
 		engine = actor.NewDemo(c.demo)
+	}
+	if c.agent == "openai" {
+		oe, err := c.openai.engine(c.demo.SearchDelay, logger)
+		if err != nil {
+			return err
+		}
+		defer oe.Close()
+		engine = oe
 	}
 	var origins []string
 	if c.origins != "" {

@@ -1,0 +1,166 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// oaiConn records the entries the actor delivers.
+type oaiConn struct {
+	mu      sync.Mutex
+	entries []wal.Entry
+	changed chan struct{}
+}
+
+func newOAIConn() *oaiConn { return &oaiConn{changed: make(chan struct{}, 1)} }
+
+func (c *oaiConn) Deliver(o Out) {
+	if e, ok := o.(*EntryOut); ok {
+		c.mu.Lock()
+		c.entries = append(c.entries, e.Entry)
+		c.mu.Unlock()
+		select {
+		case c.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *oaiConn) Close(CloseReason, string) {}
+
+// waitEntries waits until n entries were delivered and returns them.
+func (c *oaiConn) waitEntries(t *testing.T, n int) []wal.Entry {
+	t.Helper()
+	deadline := time.NewTimer(oaiWait)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		got := append([]wal.Entry(nil), c.entries...)
+		c.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-c.changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %d entries; have %s", n, dumpEntries(got))
+		}
+	}
+}
+
+func dumpEntries(es []wal.Entry) string {
+	var b strings.Builder
+	for _, e := range es {
+		fmt.Fprintf(&b, "\n  %d %s %q %v", e.Seq, e.Role, e.Content, e.Metadata["status"])
+	}
+	return b.String()
+}
+
+// A user send through a real registry on a real log: the model asks for
+// search, the actor journals the call as started, runs it once, journals
+// its result, and the model's answer to the result is the agent's entry.
+func TestOpenAIThroughActor(t *testing.T) {
+	leakCheck(t)
+	f := newFakeModel(t, func(w http.ResponseWriter, _ *http.Request, _ int, req fakeRequest) {
+		for _, m := range req.Body.Messages {
+			if m.Role == "tool" {
+				streamText(w, "Tether keeps ", "sessions alive.")
+				return
+			}
+		}
+		sseHeader(w)
+		sseSend(w, toolChunk(0, "call_xyz", "search", `{"query":"tether"}`), finishChunk("tool_calls"))
+		sseDone(w)
+	})
+	var runs atomic.Int32
+	search := BuiltinTools(BuiltinToolsConfig{SearchDelay: 30 * time.Millisecond})[0]
+	run := search.Run
+	search.Run = func(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
+		runs.Add(1)
+		return run(ctx, args, progress)
+	}
+	quietLog := slog.New(slog.DiscardHandler)
+	e := newTestOpenAI(t, f, quietLog, func(c *OpenAIConfig) { c.Tools = []OpenAITool{search} })
+
+	log, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := log.Close(); err != nil {
+			t.Errorf("log close: %v", err)
+		}
+	})
+	reg, err := New(Config{Journal: log, Engine: e, Logger: quietLog, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Errorf("registry close: %v", err)
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
+	defer cancel()
+	conn := newOAIConn()
+	h, err := reg.Create(ctx, CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(ctx, "m1", "what is tether?", nil); err != nil {
+		t.Fatal(err)
+	}
+	got := conn.waitEntries(t, 4)
+	want := []struct{ role, status string }{{RoleUser, ""}, {RoleTool, ToolStarted}, {RoleTool, ToolCompleted}, {RoleAgent, ""}}
+	if len(got) != len(want) {
+		t.Fatalf("entries %s", dumpEntries(got))
+	}
+	for i, w := range want {
+		if got[i].Seq != uint64(i+1) || got[i].Role != w.role || mdStr(got[i], "status") != w.status {
+			t.Fatalf("entry %d: want %s %s; entries %s", i+1, w.role, w.status, dumpEntries(got))
+		}
+	}
+	if q, _ := got[1].Metadata["args"].(map[string]any); q["query"] != "tether" || mdStr(got[1], "name") != "search" {
+		t.Fatalf("started entry %+v", got[1])
+	}
+	result := got[2].Content
+	if !strings.Contains(result, `"tether"`) || got[3].Content != "Tether keeps sessions alive." {
+		t.Fatalf("entries %s", dumpEntries(got))
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("search ran %d times", n)
+	}
+	if n := reg.Stats().ToolRuns; n != 1 {
+		t.Fatalf("registry counted %d tool runs", n)
+	}
+
+	// The log holds the same, in the same order.
+	logged, err := log.Read("s1", 1, 5, 10, false)
+	if err != nil || len(logged) != 4 || logged[3].Content != got[3].Content || logged[2].Content != result {
+		t.Fatalf("log: %s, %v", dumpEntries(logged), err)
+	}
+
+	// The second request carried the call and its result, ids matching.
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests", len(reqs))
+	}
+	m := reqs[1].Body.Messages
+	if len(m) != 4 || m[1].text() != "what is tether?" || len(m[2].ToolCalls) != 1 || m[3].Role != "tool" {
+		t.Fatalf("second request: %s", reqs[1].Raw)
+	}
+	callID := mdStr(got[2], "call_id")
+	if c := m[2].ToolCalls[0]; c.ID != callID || c.Function.Name != "search" || m[3].ToolCallID != callID || m[3].text() != result {
+		t.Fatalf("call %+v / tool message %+v, want id %s", c, m[3], callID)
+	}
+}
