@@ -41,6 +41,7 @@ type actor struct {
 	turnCancel context.CancelFunc
 	turns      sync.WaitGroup
 	first      []wal.Entry // the session's first entry, once read (summaries)
+	flushTimer Timer       // the pending evFlush of a streamed reply
 }
 
 func newActor(r *Registry, sid string) *actor {
@@ -169,7 +170,12 @@ func (a *actor) run(effs []Effect) {
 		case effLookupSend:
 			a.lookupSend(e.send)
 		case effStep:
-			a.startStep(e.userSeq)
+			a.startStep(e.userSeq, e.step)
+		case effFlushAfter:
+			if a.flushTimer != nil {
+				a.flushTimer.Stop()
+			}
+			a.flushTimer = a.reg.clock.AfterFunc(e.d, func() { a.post(evFlush{}) })
 		case effRunTool:
 			a.runTool(e.call)
 		case effCancelTurn:
@@ -253,6 +259,9 @@ func (a *actor) finish() {
 	a.mu.Unlock()
 	a.cancelTurn()
 	a.turns.Wait()
+	if a.flushTimer != nil {
+		a.flushTimer.Stop()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.reg.cfg.Journal.Release(ctx, a.sid, a.epoch); err != nil && !errors.Is(err, context.Canceled) {

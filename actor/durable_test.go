@@ -51,7 +51,7 @@ func TestDurableBeforeVisible(t *testing.T) {
 	}
 	withCall := func(t *testing.T) (*Session, Conn) {
 		s, c := withSend(t)
-		durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 		return s, c
 	}
 	attached := func(t *testing.T) (*Session, Conn) { return newAttached(t) }
@@ -63,34 +63,36 @@ func TestDurableBeforeVisible(t *testing.T) {
 	cases := []struct {
 		name    string
 		setup   func(*testing.T) (*Session, Conn)
-		ev      func(Conn) Event
+		ev      func(*Session, Conn) Event
 		now     []Effect // before the append is durable, besides effAppend
 		release []Effect // once it is
 	}{
-		{"send", attached, func(c Conn) Event { return evSend{conn: c, id: "m1", content: "hi"} },
+		{"send", attached, func(_ *Session, c Conn) Event { return evSend{conn: c, id: "m1", content: "hi"} },
 			nil, []Effect{effDeliver{}, effDeliver{}, effStep{}}},
-		{"context", attached, func(c Conn) Event { return evContext{conn: c, set: map[string]any{"a": "b"}} },
+		{"context", attached, func(_ *Session, c Conn) Event { return evContext{conn: c, set: map[string]any{"a": "b"}} },
 			nil, []Effect{effDeliver{}}},
-		{"reply", withSend, func(Conn) Event { return evAction{userSeq: 1, action: Action{Reply: "r"}} },
+		{"reply", withSend, func(s *Session, _ Conn) Event { return evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}} },
 			nil, []Effect{effDeliver{}}},
-		{"tool call", withSend, func(Conn) Event { return evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}} },
+		{"tool call", withSend, func(s *Session, _ Conn) Event {
+			return evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}}
+		},
 			nil, []Effect{effDeliver{}, effRunTool{}}},
-		{"tool done", withCall, func(Conn) Event { return evToolDone{callID: "call-2", result: "x"} },
+		{"tool done", withCall, func(*Session, Conn) Event { return evToolDone{callID: "call-2", result: "x"} },
 			nil, []Effect{effDeliver{}, effStep{}}},
-		{"tool progress", withCall, func(Conn) Event { return evToolProgress{callID: "call-2", partial: "1 of 3"} },
+		{"tool progress", withCall, func(*Session, Conn) Event { return evToolProgress{callID: "call-2", partial: "1 of 3"} },
 			nil, nil},
-		{"complete", withCall, func(c Conn) Event { return evComplete{conn: c} },
+		{"complete", withCall, func(_ *Session, c Conn) Event { return evComplete{conn: c} },
 			[]Effect{effCancelTurn{}}, []Effect{effDeliver{}, effDeliver{}, effClose{}, effStatus{}, effStop{}}},
-		{"start, tool not idempotent", crashed("search"), func(Conn) Event { return evStart{} },
+		{"start, tool not idempotent", crashed("search"), func(*Session, Conn) Event { return evStart{} },
 			nil, []Effect{effStep{}}},
-		{"start, tool idempotent", crashed("isearch"), func(Conn) Event { return evStart{} },
+		{"start, tool idempotent", crashed("isearch"), func(*Session, Conn) Event { return evStart{} },
 			nil, []Effect{effRunTool{}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s, c := tc.setup(t)
 			tailBefore, durableBefore := s.tail.last(), s.durableSeq()
-			effs := s.Step(t0, tc.ev(c))
+			effs := s.Step(t0, tc.ev(s, c))
 			ap := one[effAppend](t, effs)
 			if ap.lazy {
 				t.Fatal("a visible change was appended lazily")
@@ -215,28 +217,30 @@ func TestEveryEventAndEffectHandled(t *testing.T) {
 	withCall := func() (*Session, Conn) {
 		s, c := newAttached(t)
 		durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
-		durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 		return s, c
 	}
-	events := map[string]func(Conn) Event{
-		"evStart":        func(Conn) Event { return evStart{} },
-		"evAttach":       func(c Conn) Event { return evAttach{conn: &tconn{"x"}, userID: "alice"} },
-		"evDetach":       func(c Conn) Event { return evDetach{conn: c} },
-		"evSend":         func(c Conn) Event { return evSend{conn: c, id: "m2", content: "x"} },
-		"evSendChecked":  func(c Conn) Event { return evSendChecked{send: evSend{conn: c, id: "m3"}} },
-		"evContext":      func(c Conn) Event { return evContext{conn: c, set: map[string]any{"a": 1.0}} },
-		"evComplete":     func(c Conn) Event { return evComplete{conn: c} },
-		"evHistory":      func(c Conn) Event { return evHistory{conn: c} },
-		"evAction":       func(Conn) Event { return evAction{userSeq: 1, action: Action{Reply: "r"}} },
-		"evToolDone":     func(Conn) Event { return evToolDone{callID: "call-2", result: "r"} },
-		"evToolProgress": func(Conn) Event { return evToolProgress{callID: "call-2", partial: "p"} },
-		"evAppended":     func(Conn) Event { return evAppended{id: 99} },
-		"evTick":         func(Conn) Event { return evTick{} },
-		"evShutdown":     func(Conn) Event { return evShutdown{} },
+	events := map[string]func(*Session, Conn) Event{
+		"evStart":        func(*Session, Conn) Event { return evStart{} },
+		"evAttach":       func(_ *Session, c Conn) Event { return evAttach{conn: &tconn{"x"}, userID: "alice"} },
+		"evDetach":       func(_ *Session, c Conn) Event { return evDetach{conn: c} },
+		"evSend":         func(_ *Session, c Conn) Event { return evSend{conn: c, id: "m2", content: "x"} },
+		"evSendChecked":  func(_ *Session, c Conn) Event { return evSendChecked{send: evSend{conn: c, id: "m3"}} },
+		"evContext":      func(_ *Session, c Conn) Event { return evContext{conn: c, set: map[string]any{"a": 1.0}} },
+		"evComplete":     func(_ *Session, c Conn) Event { return evComplete{conn: c} },
+		"evHistory":      func(_ *Session, c Conn) Event { return evHistory{conn: c} },
+		"evAction":       func(s *Session, _ Conn) Event { return evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}} },
+		"evToolDone":     func(*Session, Conn) Event { return evToolDone{callID: "call-2", result: "r"} },
+		"evToolProgress": func(*Session, Conn) Event { return evToolProgress{callID: "call-2", partial: "p"} },
+		"evAppended":     func(*Session, Conn) Event { return evAppended{id: 99} },
+		"evTick":         func(*Session, Conn) Event { return evTick{} },
+		"evShutdown":     func(*Session, Conn) Event { return evShutdown{} },
+		"evPart":         func(s *Session, _ Conn) Event { return evPart{step: s.step, text: "p"} },
+		"evFlush":        func(*Session, Conn) Event { return evFlush{} },
 	}
 	for name, ev := range events {
 		s, c := withCall()
-		if effs := durable(s, t0.Add(time.Hour), ev(c)); len(only[effFail](effs)) != 0 || s.failed {
+		if effs := durable(s, t0.Add(time.Hour), ev(s, c)); len(only[effFail](effs)) != 0 || s.failed {
 			t.Errorf("%s: Step failed: %v", name, effs)
 		}
 	}

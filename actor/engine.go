@@ -104,6 +104,9 @@ type DemoConfig struct {
 	// SearchIdempotent declares the search tool idempotent, so a call cut
 	// short by a crash is run again instead of being logged as failed.
 	SearchIdempotent bool
+	// StreamDelay paces the streamed reply: one part per word, this long
+	// apart. 0 answers in one piece.
+	StreamDelay time.Duration
 }
 
 // Demo answers through a slow `search` tool, and through a `payment` tool
@@ -115,7 +118,7 @@ type Demo struct {
 	runs map[string]int
 }
 
-var _ Engine = (*Demo)(nil)
+var _ Streamer = (*Demo)(nil)
 
 // NewDemo returns a demo engine.
 func NewDemo(cfg DemoConfig) *Demo {
@@ -159,6 +162,28 @@ func (d *Demo) Next(_ context.Context, in TurnInput) (Action, error) {
 		Reply:        fmt.Sprintf("I searched for %q. %s", text, last.Content),
 		AgentContext: map[string]any{"last_query": text},
 	}, nil
+}
+
+// Stream is Next with the reply written word by word, StreamDelay apart.
+func (d *Demo) Stream(ctx context.Context, in TurnInput, part func(string)) (Action, error) {
+	act, err := d.Next(ctx, in)
+	if err != nil || act.Call != nil || d.cfg.StreamDelay <= 0 {
+		return act, err
+	}
+	for i, w := range strings.SplitAfter(act.Reply, " ") {
+		if w == "" {
+			continue
+		}
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return Action{}, ctx.Err()
+			case <-time.After(d.cfg.StreamDelay):
+			}
+		}
+		part(w)
+	}
+	return act, nil
 }
 
 // Tool returns search or payment.

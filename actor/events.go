@@ -20,6 +20,7 @@ type (
 		userID    string
 		lastSeq   uint64
 		authTime  time.Time
+		stream    *StreamMark
 		newReason string
 		reply     chan<- opened // capacity 1
 	}
@@ -48,10 +49,18 @@ type (
 		limit  int
 	}
 	evAction struct {
+		step    uint64 // of the effStep it answers
 		userSeq uint64
 		action  Action
 		err     error
 	}
+	// evPart is text of the reply a streaming engine is writing.
+	evPart struct {
+		step uint64
+		text string
+	}
+	// evFlush: the flush interval after the last delta has passed.
+	evFlush    struct{}
 	evToolDone struct {
 		callID string
 		result string
@@ -79,6 +88,8 @@ func (evContext) isEvent()      {}
 func (evComplete) isEvent()     {}
 func (evHistory) isEvent()      {}
 func (evAction) isEvent()       {}
+func (evPart) isEvent()         {}
+func (evFlush) isEvent()        {}
 func (evToolDone) isEvent()     {}
 func (evToolProgress) isEvent() {}
 func (evAppended) isEvent()     {}
@@ -127,7 +138,9 @@ type (
 	// effLookupSend asks the store whether send's id is an old one; the
 	// answer comes back as evSendChecked at once.
 	effLookupSend struct{ send evSend }
-	effStep       struct{ userSeq uint64 }
+	effStep       struct{ userSeq, step uint64 }
+	// effFlushAfter asks for an evFlush after d.
+	effFlushAfter struct{ d time.Duration }
 	effRunTool    struct{ call ToolCall }
 	// effCancelTurn abandons the running step or tool.
 	effCancelTurn struct{}
@@ -154,6 +167,7 @@ func (effReplay) isEffect()     {}
 func (effHistory) isEffect()    {}
 func (effLookupSend) isEffect() {}
 func (effStep) isEffect()       {}
+func (effFlushAfter) isEffect() {}
 func (effRunTool) isEffect()    {}
 func (effCancelTurn) isEffect() {}
 func (effOpened) isEffect()     {}

@@ -69,7 +69,7 @@ func exchanged(t *testing.T) (*Session, *tconn) {
 	t.Helper()
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "hi"})
-	durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "hello"}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "hello"}})
 	if s.hdr.LastSeq != 2 || s.busy || !s.idle() {
 		t.Fatalf("after one exchange: last %d busy %v idle %v", s.hdr.LastSeq, s.busy, s.idle())
 	}
@@ -312,7 +312,7 @@ func TestSessionTick(t *testing.T) {
 	t.Run("expiry abandons the turn", func(t *testing.T) {
 		s, c := exchanged(t)
 		durable(s, t0, evSend{conn: c, id: "m2", content: "q"})
-		durable(s, t0, evAction{userSeq: 3, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 3, action: Action{Call: &Call{Name: "search"}}})
 		durable(s, t1, evDetach{conn: c})
 		effs := durable(s, s.Header().ExpiresAt, evTick{})
 		ap := one[effAppend](t, effs)

@@ -17,7 +17,16 @@ type ResumeRequest struct {
 	LastSeq uint64
 	// AuthTime is the token's auth_time; zero when it has none.
 	AuthTime time.Time
-	Conn     Conn
+	// Stream, when set, says the client holds parts 0..Part of the reply
+	// that will become entry Seq: it gets only the parts after those.
+	Stream *StreamMark
+	Conn   Conn
+}
+
+// StreamMark is a hello's note of a reply the client holds in part.
+type StreamMark struct {
+	Seq  uint64 `msgpack:"s"`
+	Part int    `msgpack:"p"`
 }
 
 // CreateRequest makes a new session with an id the caller chose (in a
@@ -73,7 +82,7 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 	if err := MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
 		return nil, err
 	}
-	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime}
+	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime, stream: req.Stream}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
 		if errors.Is(err, wal.ErrNotFound) {

@@ -52,6 +52,10 @@ type Config struct {
 	// ReauthMaxAge is how old a token's auth_time may be to resume a
 	// sensitive session. Default 5m.
 	ReauthMaxAge time.Duration
+	// FlushInterval coalesces a streamed reply's parts: after a delta goes
+	// out, parts that follow within this interval go out together.
+	// Default 50ms; negative sends each part at once.
+	FlushInterval time.Duration
 	// MaxTurns caps the user messages waiting for the agent in one
 	// session; a send beyond it is refused (rate_limited). Default 64.
 	MaxTurns int
@@ -109,6 +113,9 @@ func (c *Config) setDefaults() error {
 	def(&c.IdleTimeout, 2*time.Minute)
 	def(&c.ReauthMaxAge, 5*time.Minute)
 	def(&c.AliveInterval, time.Second)
+	if c.FlushInterval == 0 {
+		c.FlushInterval = 50 * time.Millisecond
+	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = min(max(c.Retention/4, 100*time.Millisecond), time.Minute)
 	}
@@ -254,6 +261,7 @@ func (r *Registry) sessionConfig() sessionConfig {
 		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
 		MaxTurns: r.cfg.MaxTurns, MaxContextBytes: r.cfg.MaxContextBytes,
 		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
+		FlushInterval: max(r.cfg.FlushInterval, 0),
 	}
 }
 

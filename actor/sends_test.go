@@ -131,7 +131,7 @@ func TestSessionRepeatSendFromFilter(t *testing.T) {
 		s.tail.maxEntries = 2
 		for i := 1; i <= 3; i++ {
 			durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
-			durable(s, t0, evAction{userSeq: uint64(2*i - 1), action: Action{Reply: "r"}})
+			durable(s, t0, evAction{step: s.step, userSeq: uint64(2*i - 1), action: Action{Reply: "r"}})
 		}
 		if _, ok := s.sends.seen("m1"); ok || !s.sends.mayBeOlder("m1") {
 			t.Fatal("an id whose entry left the tail must move to the filters")
@@ -158,7 +158,7 @@ func TestSessionMaxTurns(t *testing.T) {
 	// A repeat of an accepted one is still acked; once a turn is answered
 	// there is room again.
 	wantTypes(t, "repeat at the limit", s.Step(t0, evSend{conn: c, id: "m1"}), effDeliver{})
-	durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "r"}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}})
 	if ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m5", content: "now"})); ap.batch.Entries[0].Seq != 6 {
 		t.Fatalf("send after room was made: %+v", ap.batch.Entries)
 	}

@@ -33,6 +33,11 @@ type Session struct {
 
 	tail  tail
 	sends sendIndex
+	// The engine step in flight (its id), the reply it is streaming, and
+	// the text of that step a split already logged.
+	step     uint64
+	reply    *streamed
+	stepText string
 	// Appends: ids are consecutive; barrier is the newest non-lazy one,
 	// completed the newest the journal finished.
 	nextID, barrier, completed uint64
@@ -63,6 +68,9 @@ type sessionConfig struct {
 	MaxContextBytes int
 	// TailEntries and TailBytes bound the in-memory tail.
 	TailEntries, TailBytes int
+	// FlushInterval coalesces the parts of a streamed reply: after a delta
+	// goes out, parts wait this long to go out together (0: each at once).
+	FlushInterval time.Duration
 	// Tool looks up a tool's declaration (idempotent, sensitive).
 	Tool func(name string) (Tool, bool)
 }
@@ -139,6 +147,10 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 		}
 	case evAction:
 		s.action(ev, now)
+	case evPart:
+		s.part(ev)
+	case evFlush:
+		s.flush()
 	case evToolDone:
 		s.toolDone(ev, now)
 	case evToolProgress:
@@ -149,6 +161,7 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 		s.tick(now)
 	case evShutdown:
 		s.now(effCancelTurn{})
+		s.reply = nil // not durable: the turn runs again on the next activation
 		if s.conn != nil {
 			s.emit(effClose{conn: s.conn, why: CloseShutdown, msg: "node shutting down"})
 			s.conn = nil
@@ -328,6 +341,7 @@ func (s *Session) attach(ev evAttach, now time.Time) {
 	if reason == ReasonResumed {
 		s.emit(effReplay{conn: ev.conn, after: ev.lastSeq, last: h.LastSeq})
 	}
+	s.catchUp(ev.stream)
 	s.emit(effOpened{reply: ev.reply, res: opened{reason: reason}})
 }
 

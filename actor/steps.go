@@ -8,11 +8,12 @@ import (
 )
 
 // startStep runs the engine for the turn answering userSeq in a goroutine
-// the actor owns; its decision comes back as evAction.
-func (a *actor) startStep(userSeq uint64) {
+// the actor owns; a streaming engine's text comes back as evPart, its
+// decision as evAction.
+func (a *actor) startStep(userSeq, step uint64) {
 	in, err := a.turnInput(userSeq)
 	if err != nil {
-		a.run(a.s.Step(a.reg.clock.Now(), evAction{userSeq: userSeq, err: err}))
+		a.run(a.s.Step(a.reg.clock.Now(), evAction{step: step, userSeq: userSeq, err: err}))
 		return
 	}
 	ctx, cancel := a.turnContext()
@@ -20,11 +21,21 @@ func (a *actor) startStep(userSeq uint64) {
 	go func() {
 		defer a.turns.Done()
 		defer cancel()
-		act, err := a.reg.cfg.Engine.Next(ctx, in)
+		var act Action
+		var err error
+		if st, ok := a.reg.cfg.Engine.(Streamer); ok {
+			act, err = st.Stream(ctx, in, func(text string) {
+				if ctx.Err() == nil {
+					a.post(evPart{step: step, text: text})
+				}
+			})
+		} else {
+			act, err = a.reg.cfg.Engine.Next(ctx, in)
+		}
 		if ctx.Err() != nil {
 			return // abandoned; a later activation picks the turn up again
 		}
-		a.post(evAction{userSeq: userSeq, action: act, err: err})
+		a.post(evAction{step: step, userSeq: userSeq, action: act, err: err})
 	}()
 }
 

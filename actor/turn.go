@@ -27,10 +27,11 @@ const (
 // again: once. A call that a second crash cuts short is logged as failed.
 const maxReruns = 1
 
-// maxSteps bounds the tool calls of one turn, so an engine that keeps
-// calling tools cannot grow a turn (and the state that lists its steps)
-// without end.
-const maxSteps = 16
+// maxSteps bounds the entries one turn logs before its reply (tool calls
+// and their results, text before a call), so an engine that keeps calling
+// tools cannot grow a turn (and the state that lists its steps) without
+// end.
+const maxSteps = 32
 
 // interrupted is the result logged for a non-idempotent call that a crash
 // cut short.
@@ -85,12 +86,12 @@ func (s *Session) start(now time.Time) {
 		s.st.Steps = append(s.st.Steps, e.Seq)
 		s.stateDirty, s.busy = true, true
 		s.log(e)
-		s.emit(effStep{userSeq: p.ReplyTo})
+		s.startStep(p.ReplyTo)
 		return
 	}
 	if len(s.st.Turns) > 0 {
 		s.busy = true
-		s.emit(effStep{userSeq: s.st.Turns[0]})
+		s.startStep(s.st.Turns[0])
 	}
 }
 
@@ -125,16 +126,26 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 		md = make(map[string]any, 1)
 	}
 	md["id"] = ev.id
+	// A reply being streamed ends here: its text so far is its entry, and
+	// the send takes the seq after it (the rest of the reply, a later one).
+	var entries []wal.Entry
+	if s.reply != nil {
+		entries = s.endReply(s.st.Turns[0], now)
+	}
 	e := s.next(RoleUser, ev.content, md, now)
+	entries = append(entries, e)
 	s.sends.add(ev.id, e.Seq)
 	s.st.Turns = append(s.st.Turns, e.Seq)
 	s.stateDirty = true
-	s.appendBatch([]wal.Entry{e}, []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
+	s.appendBatch(entries, []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
+	if len(entries) > 1 {
+		s.deliver(&EntryOut{Entry: entries[0]})
+	}
 	s.deliver(&AckOut{ID: ev.id, Seq: e.Seq})
 	s.deliver(&EntryOut{Entry: e})
 	if !s.busy {
 		s.busy = true
-		s.emit(effStep{userSeq: s.st.Turns[0]})
+		s.startStep(s.st.Turns[0])
 	}
 }
 
@@ -142,8 +153,8 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 // the next one owed), a tool call is logged as started before it runs.
 func (s *Session) action(ev evAction, now time.Time) {
 	st := &s.st
-	if !s.busy || len(st.Turns) == 0 || st.Turns[0] != ev.userSeq || st.Pending != nil {
-		return // a stale answer from a turn that was abandoned
+	if s.stale(ev.step, ev.userSeq) {
+		return // a stale answer from a step that was abandoned
 	}
 	if ev.action.AgentContext != nil {
 		if s.ctx.Agent == nil {
@@ -153,6 +164,7 @@ func (s *Session) action(ev evAction, now time.Time) {
 		s.contextDirty = true
 	}
 	if call := ev.action.Call; call != nil && ev.err == nil && len(st.Steps) < maxSteps {
+		entries := s.endReply(ev.userSeq, now) // text written before the call
 		c := ToolCall{
 			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
 			Status: ToolStarted, ReplyTo: ev.userSeq,
@@ -160,30 +172,34 @@ func (s *Session) action(ev evAction, now time.Time) {
 		e := s.toolEntry(c, ToolStarted, "", now)
 		c.StartedSeq = e.Seq
 		st.Pending = &c
+		st.Steps = append(st.Steps, e.Seq)
 		if t, ok := s.cfg.Tool(c.Name); ok && t.Sensitive {
 			s.hdr.Sensitive = true
 		}
 		s.stateDirty = true
-		s.log(e)
+		s.log(append(entries, e)...)
 		s.emit(effRunTool{call: c})
 		return
 	}
-	var e wal.Entry
+	var entries []wal.Entry
 	md := map[string]any{"reply_to": ev.userSeq}
 	switch {
 	case ev.err != nil:
-		e = s.next(RoleSystem, "agent error: "+ev.err.Error(), md, now)
+		entries = append(s.endReply(ev.userSeq, now), s.next(RoleSystem, "agent error: "+ev.err.Error(), md, now))
 	case ev.action.Call != nil:
-		e = s.next(RoleSystem, fmt.Sprintf("agent error: more than %d tool calls in one turn", maxSteps), md, now)
+		entries = append(s.endReply(ev.userSeq, now),
+			s.next(RoleSystem, fmt.Sprintf("agent error: more than %d steps in one turn", maxSteps), md, now))
 	default:
-		e = s.next(RoleAgent, ev.action.Reply, md, now)
+		// The reply's entry takes the seq its deltas named.
+		s.reply = nil
+		entries = []wal.Entry{s.next(RoleAgent, s.finalText(ev.action.Reply), md, now)}
 	}
 	st.Turns, st.Steps = st.Turns[1:], nil
 	s.stateDirty = true
 	s.busy = len(st.Turns) > 0
-	s.log(e)
+	s.log(entries...)
 	if s.busy {
-		s.emit(effStep{userSeq: st.Turns[0]})
+		s.startStep(st.Turns[0])
 	}
 }
 
@@ -201,7 +217,7 @@ func (s *Session) toolDone(ev evToolDone, now time.Time) {
 	s.st.Steps = append(s.st.Steps, e.Seq)
 	s.stateDirty = true
 	s.log(e)
-	s.emit(effStep{userSeq: p.ReplyTo})
+	s.startStep(p.ReplyTo)
 }
 
 func (s *Session) toolProgress(ev evToolProgress, now time.Time) {
@@ -220,6 +236,10 @@ func (s *Session) toolProgress(ev evToolProgress, now time.Time) {
 // without an outcome.
 func (s *Session) abandonTurn(why string, now time.Time) []wal.Entry {
 	var entries []wal.Entry
+	if len(s.st.Turns) > 0 {
+		entries = s.endReply(s.st.Turns[0], now)
+	}
+	s.reply = nil
 	if p := s.st.Pending; p != nil {
 		entries = append(entries, s.toolEntry(*p, ToolFailed, why, now))
 		s.st.Pending = nil

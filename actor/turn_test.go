@@ -27,7 +27,7 @@ func TestSessionActionReply(t *testing.T) {
 	durable(s, t0, evSend{conn: c, id: "m1", content: "one"})
 	durable(s, t0, evSend{conn: c, id: "m2", content: "two"})
 
-	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "r1", AgentContext: map[string]any{"x": 1.0}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "r1", AgentContext: map[string]any{"x": 1.0}}})
 	wantTypes(t, "reply", effs, effAppend{}, effDeliver{}, effStep{})
 	e := appendedEntry(t, effs)
 	if e.Seq != 3 || e.Role != RoleAgent || e.Content != "r1" || e.Metadata["reply_to"] != uint64(1) {
@@ -40,10 +40,10 @@ func TestSessionActionReply(t *testing.T) {
 		t.Fatalf("next step = %+v, turns %v", st, s.st.Turns)
 	}
 	// A stale answer for the finished turn is dropped.
-	if effs := s.Step(t0, evAction{userSeq: 1, action: Action{Reply: "late"}}); len(effs) != 0 {
+	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "late"}}); len(effs) != 0 {
 		t.Fatalf("stale action: %v", effTypes(effs))
 	}
-	effs = durable(s, t0, evAction{userSeq: 2, err: errors.New("model down")})
+	effs = durable(s, t0, evAction{step: s.step, userSeq: 2, err: errors.New("model down")})
 	wantTypes(t, "error reply", effs, effAppend{}, effDeliver{})
 	if e := appendedEntry(t, effs); e.Seq != 4 || e.Role != RoleSystem || e.Content != "agent error: model down" {
 		t.Fatalf("error entry = %+v", e)
@@ -57,7 +57,7 @@ func TestSessionToolCall(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "find laptops"})
 	args := map[string]any{"query": "laptops"}
-	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search", Args: args}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search", Args: args}}})
 	wantTypes(t, "call", effs, effAppend{}, effDeliver{}, effRunTool{})
 	e := appendedEntry(t, effs)
 	wantMD := map[string]any{"call_id": "call-2", "name": "search", "status": ToolStarted, "reply_to": uint64(1), "args": args}
@@ -75,7 +75,7 @@ func TestSessionToolCall(t *testing.T) {
 		t.Fatal("a plain tool marked the session sensitive")
 	}
 	// While the tool runs the engine cannot answer the turn.
-	if effs := s.Step(t0, evAction{userSeq: 1, action: Action{Reply: "too early"}}); len(effs) != 0 {
+	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "too early"}}); len(effs) != 0 {
 		t.Fatalf("action during a tool run: %v", effTypes(effs))
 	}
 	effs = durable(s, t0, evToolProgress{callID: "call-2", partial: "1 of 3"})
@@ -92,13 +92,13 @@ func TestSessionToolCall(t *testing.T) {
 	wantTypes(t, "tool done", effs, effAppend{}, effDeliver{}, effStep{})
 	e = appendedEntry(t, effs)
 	if e.Seq != 3 || e.Content != "3 results" || mdString(e, "status") != ToolCompleted || mdString(e, "result") != "3 results" ||
-		mdString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{3}) {
+		mdString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{2, 3}) {
 		t.Fatalf("completed entry = %+v, state %+v", e, s.st)
 	}
 	if effs := s.Step(t0, evToolDone{callID: "call-2", result: "again"}); len(effs) != 0 {
 		t.Fatalf("second result: %v", effTypes(effs))
 	}
-	wantTypes(t, "reply", durable(s, t0, evAction{userSeq: 1, action: Action{Reply: "done"}}), effAppend{}, effDeliver{})
+	wantTypes(t, "reply", durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "done"}}), effAppend{}, effDeliver{})
 	if s.st.Steps != nil || s.busy {
 		t.Fatalf("state after the turn: %+v", s.st)
 	}
@@ -107,7 +107,7 @@ func TestSessionToolCall(t *testing.T) {
 func TestSessionToolFailedAndSensitive(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
-	durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 	e := appendedEntry(t, durable(s, t0, evToolDone{callID: "call-2", err: errors.New("boom")}))
 	if mdString(e, "status") != ToolFailed || e.Content != "boom" || mdString(e, "result") != "boom" {
 		t.Fatalf("failed entry = %+v", e)
@@ -115,7 +115,7 @@ func TestSessionToolFailedAndSensitive(t *testing.T) {
 
 	s, c = newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "pay rent"})
-	effs := s.Step(t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "payment"}}})
+	effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "payment"}}})
 	// The mark is durable before the sensitive tool runs.
 	if ap := one[effAppend](t, effs); !ap.batch.Header.Sensitive || !s.hdr.Sensitive || len(only[effRunTool](effs)) != 0 {
 		t.Fatalf("sensitive tool: %v, header %+v", effTypes(effs), ap.batch.Header)
@@ -125,17 +125,18 @@ func TestSessionToolFailedAndSensitive(t *testing.T) {
 func TestSessionMaxSteps(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "loop"})
-	for i := range maxSteps {
-		effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	// Each call logs two steps: its started entry and its result.
+	for i := range maxSteps / 2 {
+		effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 		call := one[effRunTool](t, effs).call
 		durable(s, t0, evToolDone{callID: call.CallID, result: "again"})
-		if len(s.st.Steps) != i+1 {
+		if len(s.st.Steps) != 2*(i+1) {
 			t.Fatalf("steps %v", s.st.Steps)
 		}
 	}
-	effs := durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 	e := appendedEntry(t, effs)
-	if e.Role != RoleSystem || !strings.Contains(e.Content, "more than 16 tool calls") || len(only[effRunTool](effs)) != 0 {
+	if e.Role != RoleSystem || !strings.Contains(e.Content, "more than 32 steps") || len(only[effRunTool](effs)) != 0 {
 		t.Fatalf("call beyond maxSteps: %+v", e)
 	}
 	if s.busy || s.st.Steps != nil || len(s.st.Turns) != 0 {
@@ -216,7 +217,7 @@ func TestSessionComplete(t *testing.T) {
 		s, c := newAttached(t)
 		durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
 		durable(s, t0, evSend{conn: c, id: "m2", content: "q2"})
-		durable(s, t0, evAction{userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
 		effs := durable(s, t0, evComplete{conn: c})
 		// The abandoned call's entry reaches the client before completed.
 		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effDeliver{}, effClose{}, effStatus{}, effStop{})
@@ -232,7 +233,7 @@ func TestSessionComplete(t *testing.T) {
 			t.Fatalf("state after complete = %+v", st)
 		}
 		// The tool's late result and the engine's late answer are dropped.
-		for _, ev := range []Event{evToolDone{callID: "call-3", result: "x"}, evAction{userSeq: 1, action: Action{Reply: "x"}}} {
+		for _, ev := range []Event{evToolDone{callID: "call-3", result: "x"}, evAction{step: s.step, userSeq: 1, action: Action{Reply: "x"}}} {
 			if effs := s.Step(t0, ev); len(effs) != 0 {
 				t.Fatalf("late %T: %v", ev, effTypes(effs))
 			}

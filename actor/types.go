@@ -106,6 +106,15 @@ type AckOut struct {
 	Seq uint64
 }
 
+// DeltaOut is text of the agent reply that will become entry Seq: parts
+// From..Part joined. It is not durable; the entry's EntryOut supersedes
+// it.
+type DeltaOut struct {
+	Seq        uint64
+	From, Part int
+	Text       string
+}
+
 // ContextOut carries the whole merged user context.
 type ContextOut struct{ Context map[string]any }
 
@@ -120,6 +129,7 @@ func (*BatchOut) isOut()     {}
 func (*EntryOut) isOut()     {}
 func (*AckOut) isOut()       {}
 func (*ContextOut) isOut()   {}
+func (*DeltaOut) isOut()     {}
 func (*CompletedOut) isOut() {}
 func (*ErrorOut) isOut()     {}
 

@@ -30,7 +30,7 @@ var _ Session = (*actor.Handle)(nil)
 // registry, or the owner's over the link (the client's socket stays here).
 func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
 	return c.open(ctx, req.SessionID, req.Conn, sessionReq{
-		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime,
+		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream,
 	}, func(reg *actor.Registry) (Session, error) {
 		h, err := reg.Resume(ctx, req)
 		if err != nil {

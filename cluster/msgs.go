@@ -67,11 +67,12 @@ type snapshotResp struct {
 // sessionReq opens a forwarded session: a resume, or a create when Reason
 // is set.
 type sessionReq struct {
-	SID      string    `msgpack:"s"`
-	User     string    `msgpack:"u"`
-	LastSeq  uint64    `msgpack:"l"`
-	AuthTime time.Time `msgpack:"a"`
-	Reason   string    `msgpack:"r,omitempty"`
+	SID      string            `msgpack:"s"`
+	User     string            `msgpack:"u"`
+	LastSeq  uint64            `msgpack:"l"`
+	AuthTime time.Time         `msgpack:"a"`
+	Stream   *actor.StreamMark `msgpack:"m,omitempty"`
+	Reason   string            `msgpack:"r,omitempty"`
 }
 
 // sessionResult is the first value on a session stream from the owner:
@@ -92,6 +93,7 @@ type outMsg struct {
 	Context   *actor.ContextOut   `msgpack:"x,omitempty"`
 	Completed *actor.CompletedOut `msgpack:"d,omitempty"`
 	Error     *actor.ErrorOut     `msgpack:"r,omitempty"`
+	Delta     *actor.DeltaOut     `msgpack:"t,omitempty"`
 	Close     *closeMsg           `msgpack:"c,omitempty"`
 }
 
@@ -127,6 +129,8 @@ func outOf(o actor.Out) outMsg {
 		return outMsg{Completed: o}
 	case *actor.ErrorOut:
 		return outMsg{Error: o}
+	case *actor.DeltaOut:
+		return outMsg{Delta: o}
 	}
 	return outMsg{Error: &actor.ErrorOut{Code: actor.CodeInternal, Message: "the owner sent something this node does not know"}}
 }
@@ -148,6 +152,8 @@ func (m outMsg) out() actor.Out {
 		return m.Completed
 	case m.Error != nil:
 		return m.Error
+	case m.Delta != nil:
+		return m.Delta
 	}
 	return nil
 }

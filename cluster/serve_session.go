@@ -73,7 +73,9 @@ func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, err
 	if req.Reason != "" {
 		return reg.Create(c.ctx, actor.CreateRequest{SessionID: req.SID, UserID: req.User, Reason: req.Reason, Conn: conn})
 	}
-	return reg.Resume(c.ctx, actor.ResumeRequest{SessionID: req.SID, UserID: req.User, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Conn: conn})
+	return reg.Resume(c.ctx, actor.ResumeRequest{
+		SessionID: req.SID, UserID: req.User, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Conn: conn,
+	})
 }
 
 func (c *Cluster) apply(h *actor.Handle, op opMsg) error {

@@ -41,7 +41,11 @@ type conn struct {
 	stopped bool      // the writer side is finished: no writer may start
 	ping    bool      // a websocket ping is due
 	code    int       // the close code sent, for metrics
-	writers sync.WaitGroup
+	// lastDelta is the newest queued frame when it is a delta the writer
+	// has not taken yet: the next part of the same reply is merged into
+	// it, so a client slower than the parts come gets fewer, larger ones.
+	lastDelta *actor.DeltaOut
+	writers   sync.WaitGroup
 
 	// Reader-owned.
 	sess   Session
@@ -69,6 +73,9 @@ func newConn(s *Server, ws *websocket.Conn) *conn {
 // would pass the byte budget fell too far behind, and it is closed with
 // 1013 once the frame being written is out (the log keeps everything).
 func (c *conn) Deliver(o actor.Out) {
+	if d, ok := o.(*actor.DeltaOut); ok && c.mergeDelta(d) {
+		return
+	}
 	b, err := encodeOut(o)
 	if err != nil {
 		c.srv.log.Error("encode frame", "err", err)
@@ -78,16 +85,40 @@ func (c *conn) Deliver(o actor.Out) {
 	if e, ok := o.(*actor.ErrorOut); ok {
 		c.srv.metrics.errors.WithLabelValues(e.Code).Inc()
 	}
-	c.deliverRaw(b)
+	d, _ := o.(*actor.DeltaOut)
+	c.enqueue(b, d)
 }
 
 // deliverRaw queues an encoded frame.
-func (c *conn) deliverRaw(b []byte) {
+func (c *conn) deliverRaw(b []byte) { c.enqueue(b, nil) }
+
+// mergeDelta merges d into the queued delta it continues, if the newest
+// queued frame is one.
+func (c *conn) mergeDelta(d *actor.DeltaOut) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ld := c.lastDelta
+	if ld == nil || c.closing || ld.Seq != d.Seq || ld.Part+1 != d.From || len(c.queue) == 0 {
+		return false
+	}
+	merged := &actor.DeltaOut{Seq: d.Seq, From: ld.From, Part: d.Part, Text: ld.Text + d.Text}
+	b, err := encodeOut(merged)
+	if err != nil {
+		return false
+	}
+	last := len(c.queue) - 1
+	c.bytes += len(b) - len(c.queue[last])
+	c.queue[last], c.lastDelta = b, merged
+	return true
+}
+
+func (c *conn) enqueue(b []byte, d *actor.DeltaOut) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return
 	}
+	c.lastDelta = d
 	if c.bytes+len(b) > c.srv.cfg.MaxQueueBytes && c.bytes > 0 {
 		// Drop what waits: it is all in the log, and the client resumes.
 		c.queue = nil
@@ -178,7 +209,7 @@ func (c *conn) writeLoop() {
 		frames, final, ping := c.queue, c.final, c.ping
 		// The bytes stay counted until they are written: the budget
 		// covers what is on its way out too.
-		c.queue, c.ping = nil, false
+		c.queue, c.ping, c.lastDelta = nil, false, nil
 		if len(frames) == 0 && final == nil && !ping {
 			c.writing = false
 			c.mu.Unlock()

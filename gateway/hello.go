@@ -53,9 +53,11 @@ func (c *conn) open(f wire.ClientFrame, id Identity) (Session, string, error) {
 	ctx := c.srv.ctx
 	reason := actor.ReasonNew
 	if f.SessionID != "" {
-		sess, err := c.srv.cfg.Backend.Resume(ctx, actor.ResumeRequest{
-			SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c,
-		})
+		req := actor.ResumeRequest{SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c}
+		if f.Stream != nil {
+			req.Stream = &actor.StreamMark{Seq: f.Stream.Seq, Part: f.Stream.Part}
+		}
+		sess, err := c.srv.cfg.Backend.Resume(ctx, req)
 		var nr *actor.NotResumedError
 		if !errors.As(err, &nr) {
 			c.sid = f.SessionID

@@ -56,6 +56,8 @@ func encodeOut(o actor.Out) ([]byte, error) {
 		v = wire.ContextFrame{Type: wire.TypeContext, Context: nonNil(o.Context)}
 	case *actor.CompletedOut:
 		v = wire.CompletedFrame{Type: wire.TypeCompleted, SessionID: o.SessionID}
+	case *actor.DeltaOut:
+		v = deltaFrame(o)
 	case *actor.ErrorOut:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: o.Code, Message: o.Message, ID: o.ID}
 	default:
@@ -77,4 +79,17 @@ func batchFrame(o *actor.BatchOut) wire.HistoryBatch {
 		b.Summary = &s
 	}
 	return b
+}
+
+// deltaFrame is a delta on the wire: `from` is given whenever the delta
+// holds more than one part or starts the reply (part 0), so a client told
+// "from 0" drops whatever it held for that seq (a turn run again after a
+// crash starts over).
+func deltaFrame(o *actor.DeltaOut) wire.Delta {
+	d := wire.Delta{Type: wire.TypeDelta, Seq: o.Seq, Part: o.Part, Text: o.Text}
+	if o.From != o.Part || o.From == 0 {
+		from := o.From
+		d.From = &from
+	}
+	return d
 }

@@ -30,7 +30,7 @@ type serveConfig struct {
 	gossipSet                                         bool
 	replicas                                          int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
-	idleTimeout                                       time.Duration
+	idleTimeout, flushInterval                        time.Duration
 	replayLimit, maxContent, maxContext, maxTurns     int
 	maxSessions, tailBytes, maxQueue                  int
 	maxFrame                                          int64
@@ -88,6 +88,8 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
 	str(&c.origins, "allowed-origins", "", "browser origins allowed besides the node's own host, comma-separated (* for any)")
 	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
+	dur(&c.demo.StreamDelay, "demo-stream-delay", 100*time.Millisecond, "pace of the demo engine's streamed reply (one part per word; 0 answers in one piece)")
+	dur(&c.flushInterval, "stream-flush", 50*time.Millisecond, "coalesce a streamed reply's parts that come within this interval into one delta (0: each at once)")
 	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes")
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
 	c.openai.bind(fs)
@@ -204,6 +206,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			Engine: engine, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
 			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns,
 			MaxContextBytes: c.maxContext, MaxSessionsPerUser: c.maxSessions, TailBytes: c.tailBytes,
+			FlushInterval: flushOrOff(c.flushInterval),
 		},
 		Gateway: gateway.Config{
 			Secret: secret, DevTokens: c.devTokens, HelloTimeout: c.helloTimeout, MaxFrame: c.maxFrame,
@@ -299,4 +302,13 @@ func (c *serveConfig) clusterConfig() *cluster.Config {
 // does not wrap its errors).
 func addrInUse(err error) bool {
 	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+// flushOrOff maps --stream-flush 0 (each part at once) to the registry's
+// "off".
+func flushOrOff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -38,6 +38,10 @@ type frame struct {
 	// error
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// delta
+	Part int    `json:"part"`
+	From *int   `json:"from"`
+	Text string `json:"text"`
 
 	raw string
 }

@@ -1,0 +1,121 @@
+package actor
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// streamed is the reply a streaming engine is writing: the entry it will
+// become (seq, taken when its first part came: the session's next seq),
+// its parts so far (in memory only: a crash loses them and the turn runs
+// again), and how many the attached client was sent.
+type streamed struct {
+	seq      uint64
+	parts    []string
+	sent     int
+	flushing bool // a flush is due: parts wait for it
+}
+
+func (r *streamed) text(from int) string { return strings.Join(r.parts[from:], "") }
+
+// startStep emits the next engine step of the turn answering userSeq.
+// Each step has an id, so that what an abandoned step says is ignored.
+func (s *Session) startStep(userSeq uint64) {
+	s.step++
+	s.stepText, s.reply = "", nil
+	s.emit(effStep{userSeq: userSeq, step: s.step})
+}
+
+// stale reports whether an engine's word is from a step that is over.
+func (s *Session) stale(step, userSeq uint64) bool {
+	return step != s.step || !s.busy || len(s.st.Turns) == 0 || s.st.Turns[0] != userSeq || s.st.Pending != nil
+}
+
+// part takes text of the reply being written and shows it to the client:
+// at once when no flush is due, else with the next flush, so parts that
+// come faster than FlushInterval go out together.
+func (s *Session) part(ev evPart) {
+	if ev.step != s.step || !s.busy || s.st.Pending != nil || ev.text == "" {
+		return
+	}
+	if s.reply == nil {
+		s.reply = &streamed{seq: s.hdr.LastSeq + 1}
+	}
+	s.reply.parts = append(s.reply.parts, ev.text)
+	if s.reply.flushing {
+		return
+	}
+	s.sendParts()
+	if s.cfg.FlushInterval > 0 {
+		s.reply.flushing = true
+		s.now(effFlushAfter{d: s.cfg.FlushInterval})
+	}
+}
+
+func (s *Session) flush() {
+	r := s.reply
+	if r == nil || !r.flushing {
+		return
+	}
+	r.flushing = false
+	if r.sent < len(r.parts) {
+		s.sendParts()
+		r.flushing = true
+		s.now(effFlushAfter{d: s.cfg.FlushInterval})
+	}
+}
+
+// sendParts delivers the parts the client has not had, as one delta.
+func (s *Session) sendParts() {
+	r := s.reply
+	if s.conn == nil || r.sent >= len(r.parts) {
+		return
+	}
+	s.deliver(&DeltaOut{Seq: r.seq, From: r.sent, Part: len(r.parts) - 1, Text: r.text(r.sent)})
+	r.sent = len(r.parts)
+}
+
+// catchUp gives a client that attached during a reply what it lacks of
+// it: the parts after the ones its hello says it holds, or all of them.
+func (s *Session) catchUp(mark *StreamMark) {
+	r := s.reply
+	if r == nil || len(r.parts) == 0 {
+		return
+	}
+	from := 0
+	if mark != nil && mark.Seq == r.seq && mark.Part >= 0 && mark.Part < len(r.parts) {
+		from = mark.Part + 1
+	}
+	if from < len(r.parts) {
+		s.deliver(&DeltaOut{Seq: r.seq, From: from, Part: len(r.parts) - 1, Text: r.text(from)})
+	}
+	r.sent = len(r.parts)
+}
+
+// endReply logs the text streamed so far as the agent's entry (the seq
+// the deltas named) when something else must be logged before the reply
+// is done: a tool call, an engine error, a user's send, the end of the
+// session. The turn's next text goes into a new reply, after it.
+func (s *Session) endReply(userSeq uint64, now time.Time) []wal.Entry {
+	r := s.reply
+	if r == nil {
+		return nil
+	}
+	s.reply = nil
+	text := r.text(0)
+	e := s.next(RoleAgent, text, map[string]any{"reply_to": userSeq}, now)
+	s.stepText += text
+	s.st.Steps = append(s.st.Steps, e.Seq)
+	s.stateDirty = true
+	return []wal.Entry{e}
+}
+
+// finalText is the step's reply without what a split already logged of it.
+func (s *Session) finalText(reply string) string {
+	if rest, ok := strings.CutPrefix(reply, s.stepText); ok && s.stepText != "" {
+		return rest
+	}
+	return reply
+}
