@@ -38,6 +38,15 @@ type Streamer interface {
 	Stream(ctx context.Context, in TurnInput, part func(text string)) (Action, error)
 }
 
+// Instant is an engine whose reply is a pure function of the user's
+// message, known at once (Echo): the actor stores the reply in the same
+// atomic append as the message, so the pair costs one fsync and reaches
+// the client in one write. Answer must not block or have side effects.
+type Instant interface {
+	Engine
+	Answer(user wal.Entry) string
+}
+
 // TurnInput is what an engine sees.
 type TurnInput struct {
 	SessionID string
@@ -87,12 +96,15 @@ type Tool struct {
 // Echo is the default engine: it answers every message at once.
 type Echo struct{}
 
-var _ Engine = Echo{}
+var _ Instant = Echo{}
 
 // Next replies "Agent reply: <text>".
-func (Echo) Next(_ context.Context, in TurnInput) (Action, error) {
-	return Action{Reply: "Agent reply: " + in.User.Content}, nil
+func (e Echo) Next(_ context.Context, in TurnInput) (Action, error) {
+	return Action{Reply: e.Answer(in.User)}, nil
 }
+
+// Answer is "Agent reply: <text>".
+func (Echo) Answer(user wal.Entry) string { return "Agent reply: " + user.Content }
 
 // Tool reports that echo has no tools.
 func (Echo) Tool(string) (Tool, bool) { return Tool{}, false }

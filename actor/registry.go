@@ -257,12 +257,16 @@ func (r *Registry) Stats() Stats {
 func (r *Registry) NewID() string { return r.cfg.NewID() }
 
 func (r *Registry) sessionConfig() sessionConfig {
-	return sessionConfig{
+	sc := sessionConfig{
 		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
 		MaxTurns: r.cfg.MaxTurns, MaxContextBytes: r.cfg.MaxContextBytes,
 		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
 		FlushInterval: max(r.cfg.FlushInterval, 0),
 	}
+	if in, ok := r.cfg.Engine.(Instant); ok {
+		sc.Instant = in.Answer
+	}
+	return sc
 }
 
 // every runs job every interval (on the registry's clock) until Close;

@@ -73,6 +73,9 @@ type sessionConfig struct {
 	FlushInterval time.Duration
 	// Tool looks up a tool's declaration (idempotent, sensitive).
 	Tool func(name string) (Tool, bool)
+	// Instant, when set, is the reply of an Instant engine: a send is
+	// answered in the same append.
+	Instant func(user wal.Entry) string
 }
 
 // newSession makes the machine of an activated session from what the log

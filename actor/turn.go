@@ -135,6 +135,16 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 	e := s.next(RoleUser, ev.content, md, now)
 	entries = append(entries, e)
 	s.sends.add(ev.id, e.Seq)
+	if s.cfg.Instant != nil && !s.busy {
+		// The answer is known now: it goes into the same append, durable
+		// with the message and shown with it.
+		reply := s.next(RoleAgent, s.cfg.Instant(e), map[string]any{"reply_to": e.Seq}, now)
+		s.appendBatch(append(entries, reply), []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
+		s.deliver(&AckOut{ID: ev.id, Seq: e.Seq})
+		s.deliver(&EntryOut{Entry: e})
+		s.deliver(&EntryOut{Entry: reply})
+		return
+	}
 	s.st.Turns = append(s.st.Turns, e.Seq)
 	s.stateDirty = true
 	s.appendBatch(entries, []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)

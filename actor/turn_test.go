@@ -369,3 +369,21 @@ func TestSessionRecoverAt(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionInstantEngine: an Instant engine's answer is stored in the
+// same append as the message, and shown with it; no step runs.
+func TestSessionInstantEngine(t *testing.T) {
+	s, c := newAttached(t)
+	s.cfg.Instant = Echo{}.Answer
+	effs := durable(s, t0, evSend{conn: c, id: "m1", content: "hi"})
+	ap := one[effAppend](t, effs)
+	if len(ap.batch.Entries) != 2 || ap.batch.Entries[1].Content != "Agent reply: hi" || ap.batch.Entries[1].Metadata["reply_to"] != uint64(1) {
+		t.Fatalf("append %+v", ap.batch.Entries)
+	}
+	if len(only[effStep](effs)) != 0 || s.busy || len(s.st.Turns) != 0 {
+		t.Fatalf("a step ran: %v, state %+v", effTypes(effs), s.st)
+	}
+	if got := len(outs(effs)); got != 3 {
+		t.Fatalf("%d deliveries, want ack and two messages", got)
+	}
+}

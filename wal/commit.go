@@ -177,12 +177,16 @@ func (l *Log) commitLoop() {
 	group := make([]*request, 0, l.cfg.MaxBatch)
 	for {
 		group = group[:0]
+		if hold := l.testHold.Load(); hold != nil {
+			(*hold)()
+		}
 		// Stop wins over queued requests: select picks at random among
 		// ready cases, and Close promises that what is still queued fails
 		// with ErrClosed rather than being committed after it was called.
 		select {
 		case <-l.stop:
 			l.failQueued()
+			close(l.syncs)
 			return
 		default:
 		}
@@ -191,6 +195,7 @@ func (l *Log) commitLoop() {
 			group = append(group, r)
 		case <-l.stop:
 			l.failQueued()
+			close(l.syncs)
 			return
 		}
 	fill:
@@ -219,14 +224,21 @@ func (l *Log) failQueued() {
 }
 
 // commitGroup applies every request of the group to one indexed batch (so
-// later requests see earlier ones), commits it with one fsync, and only
-// then publishes claim changes and wakes the callers.
+// later requests see earlier ones) and hands it to Pebble, which writes
+// it to its WAL; the fsync is waited for by the sync loop, so the next
+// group is applied while this one syncs (Pebble merges syncs that queue
+// up). Claim changes are published at once — the next group's appends
+// follow them — and a failed sync is fatal to the log.
 func (l *Log) commitGroup(group []*request) {
 	b := l.db.NewIndexedBatch()
-	defer b.Close()
 	staged := make(map[string]*claim)
 	entries := 0
+	broken := l.broken.Load()
 	for _, r := range group {
+		if broken != nil {
+			r.err = *broken
+			continue
+		}
 		r.err = l.apply(b, staged, r)
 		if r.err == nil && r.kind == reqAppend {
 			entries += len(r.batch.Entries)
@@ -239,22 +251,11 @@ func (l *Log) commitGroup(group []*request) {
 			}
 		}
 	}
-	var err error
-	if !b.Empty() {
-		err = b.Commit(pebble.Sync)
-		if err == nil {
-			l.stats.syncs.Add(1)
-		}
+	p := synced{group: append([]*request(nil), group...), b: b, entries: entries, empty: b.Empty()}
+	if !p.empty {
+		p.err = l.db.ApplyNoSyncWait(b, pebble.Sync)
 	}
-	if err != nil {
-		l.cfg.Logger.Error("wal commit failed", "err", err, "requests", len(group))
-		err = fmt.Errorf("wal: commit: %w", err)
-		for _, r := range group {
-			if c, ok := l.claims[r.sid]; ok && r.kind == reqAppend && c.epoch == r.batch.Epoch {
-				delete(l.claims, r.sid)
-			}
-		}
-	} else {
+	if p.err == nil {
 		for sid, c := range staged {
 			if c == nil {
 				delete(l.claims, sid)
@@ -262,21 +263,57 @@ func (l *Log) commitGroup(group []*request) {
 				l.claims[sid] = *c
 			}
 		}
-		l.stats.requests.Add(uint64(len(group)))
-		l.stats.entries.Add(uint64(entries))
-		if l.cfg.OnCommit != nil {
-			l.cfg.OnCommit(len(group), entries)
+	} else {
+		for _, r := range group {
+			if c, ok := l.claims[r.sid]; ok && r.kind == reqAppend && c.epoch == r.batch.Epoch {
+				delete(l.claims, r.sid)
+			}
 		}
 	}
-	for _, r := range group {
-		if err != nil && r.err == nil {
-			r.err = err
-			r.deleted = false
+	l.syncs <- p
+}
+
+// synced is a group whose batch Pebble took; the sync loop waits for its
+// fsync and answers its requests, in order.
+type synced struct {
+	group   []*request
+	b       *pebble.Batch
+	entries int
+	empty   bool
+	err     error
+}
+
+func (l *Log) syncLoop() {
+	defer l.done.Done()
+	for p := range l.syncs {
+		err := p.err
+		if err == nil && !p.empty {
+			if err = p.b.SyncWait(); err == nil {
+				l.stats.syncs.Add(1)
+			}
 		}
-		if r.kind == reqDelete && r.deleted && r.err == nil {
-			l.stats.deleted.Add(1)
+		_ = p.b.Close()
+		if err != nil {
+			l.cfg.Logger.Error("wal commit failed", "err", err, "requests", len(p.group))
+			err = fmt.Errorf("wal: commit: %w", err)
+			l.broken.CompareAndSwap(nil, &err)
+		} else {
+			l.stats.requests.Add(uint64(len(p.group)))
+			l.stats.entries.Add(uint64(p.entries))
+			if l.cfg.OnCommit != nil {
+				l.cfg.OnCommit(len(p.group), p.entries)
+			}
 		}
-		r.finish()
+		for _, r := range p.group {
+			if err != nil && r.err == nil {
+				r.err = err
+				r.deleted = false
+			}
+			if r.kind == reqDelete && r.deleted && r.err == nil {
+				l.stats.deleted.Add(1)
+			}
+			r.finish()
+		}
 	}
 }
 

@@ -210,8 +210,9 @@ func rawDelete(tb testing.TB, db *pebble.DB, key []byte) {
 	}
 }
 
-// blockCommitter parks the committer goroutine inside the callback of an
-// asynchronous append to a session of its own, so that what the test
+// blockCommitter parks the committer goroutine (through testHold) once
+// it has committed an asynchronous append to a session of its own, before
+// it takes anything else, so that what the test
 // queues next waits in l.reqs and is committed as one group once the
 // returned release is called. Release is also run at cleanup, so a
 // failing test does not hang Close.
@@ -222,17 +223,30 @@ func blockCommitter(tb testing.TB, l *Log) (release func()) {
 		tb.Fatal(err)
 	}
 	entered, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func() {
+		once.Do(func() {
+			close(entered)
+			<-gate
+		})
+	}
+	l.testHold.Store(&hold)
+	// The gate append wakes the committer; once it is committed, the
+	// committer parks before taking anything else.
+	committed := make(chan struct{})
 	b := batch(activeHeader(sid), 1, 1, 0)
-	err := l.AppendAsync(context.Background(), b, func(error) {
-		close(entered)
-		<-gate
-	})
-	if err != nil {
+	if err := l.AppendAsync(context.Background(), b, func(error) { close(committed) }); err != nil {
 		tb.Fatal(err)
 	}
+	<-committed
 	<-entered
-	var once sync.Once
-	release = func() { once.Do(func() { close(gate) }) }
+	var rel sync.Once
+	release = func() {
+		rel.Do(func() {
+			l.testHold.Store(nil)
+			close(gate)
+		})
+	}
 	tb.Cleanup(release)
 	return release
 }

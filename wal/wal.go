@@ -63,6 +63,13 @@ type Log struct {
 	db       *pebble.DB
 	fsCloser io.Closer // stops the disk-health checks of db's FS
 	reqs     chan *request
+	// syncs carries applied groups to the sync loop; broken is set for
+	// good by a failed commit.
+	syncs  chan synced
+	broken atomic.Pointer[error]
+	// testHold, when set, is run by the committer before it takes in a
+	// group: tests park it there to line requests up.
+	testHold atomic.Pointer[func()]
 
 	// claims is owned by the committer goroutine.
 	claims map[string]claim
@@ -122,8 +129,10 @@ func New(cfg Config) (*Log, error) {
 		claims:   make(map[string]claim),
 		stop:     make(chan struct{}),
 	}
-	l.done.Add(1)
+	l.syncs = make(chan synced, 2)
+	l.done.Add(2)
 	go l.commitLoop()
+	go l.syncLoop()
 	return l, nil
 }
 
