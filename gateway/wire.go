@@ -40,30 +40,39 @@ func nonNil(m map[string]any) map[string]any {
 func encodeOut(o actor.Out) ([]byte, error) {
 	var v any
 	switch o := o.(type) {
+	case *actor.EntryOut:
+		return appendMessage(make([]byte, 0, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
+	case *actor.AckOut:
+		return appendAck(make([]byte, 0, 48+len(o.ID)), o.ID, o.Seq), nil
+	case *actor.DeltaOut:
+		return appendDelta(make([]byte, 0, 64+len(o.Text)), deltaFrame(o)), nil
+	case *actor.BatchOut:
+		return appendBatch(make([]byte, 0, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
 	case *actor.SessionOut:
 		v = wire.SessionFrame{
 			Type: wire.TypeSession, SessionID: o.SessionID, Resumed: o.Resumed, Reason: o.Reason,
 			Status: string(o.Status), LastSeq: o.LastSeq, WindowS: o.Window.Seconds(),
 			Context: nonNil(o.Context), PendingToolCall: PendingOf(o.Pending), Sensitive: o.Sensitive,
 		}
-	case *actor.BatchOut:
-		v = batchFrame(o)
-	case *actor.EntryOut:
-		v = MessageOf(o.Entry, wire.TypeMessage)
-	case *actor.AckOut:
-		v = wire.Ack{Type: wire.TypeAck, ID: o.ID, Seq: o.Seq}
 	case *actor.ContextOut:
 		v = wire.ContextFrame{Type: wire.TypeContext, Context: nonNil(o.Context)}
 	case *actor.CompletedOut:
 		v = wire.CompletedFrame{Type: wire.TypeCompleted, SessionID: o.SessionID}
-	case *actor.DeltaOut:
-		v = deltaFrame(o)
 	case *actor.ErrorOut:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: o.Code, Message: o.Message, ID: o.ID}
 	default:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: wire.CodeInternal, Message: "unknown server frame"}
 	}
 	return json.Marshal(v)
+}
+
+// batchSize guesses a history_batch's encoded size, to allocate once.
+func batchSize(o *actor.BatchOut) int {
+	n := 128 + len(o.Summary)
+	for i := range o.Messages {
+		n += 128 + len(o.Messages[i].Content)
+	}
+	return n
 }
 
 func batchFrame(o *actor.BatchOut) wire.HistoryBatch {

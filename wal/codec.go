@@ -228,3 +228,85 @@ func Unmarshal(b []byte, v any) error {
 }
 
 func beBytes(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// EncodeMsgpack writes the entry as the map its msgpack tags describe,
+// without reflection: entries are what the log writes and reads most.
+func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 4
+	if len(e.Metadata) > 0 {
+		n++
+	}
+	if e.Epoch != 0 {
+		n++
+	}
+	if err := enc.EncodeMapLen(n); err != nil {
+		return err
+	}
+	for _, kv := range []struct {
+		k string
+		f func() error
+	}{
+		{"q", func() error { return enc.EncodeUint(e.Seq) }},
+		{"r", func() error { return enc.EncodeString(e.Role) }},
+		{"c", func() error { return enc.EncodeString(e.Content) }},
+		{"t", func() error { return enc.EncodeFloat64(e.Time) }},
+	} {
+		if err := enc.EncodeString(kv.k); err != nil {
+			return err
+		}
+		if err := kv.f(); err != nil {
+			return err
+		}
+	}
+	if len(e.Metadata) > 0 {
+		if err := enc.EncodeString("m"); err != nil {
+			return err
+		}
+		if err := enc.EncodeMap(e.Metadata); err != nil {
+			return err
+		}
+	}
+	if e.Epoch != 0 {
+		if err := enc.EncodeString("e"); err != nil {
+			return err
+		}
+		return enc.EncodeUint(e.Epoch)
+	}
+	return nil
+}
+
+// DecodeMsgpack reads what EncodeMsgpack (or the tag-driven encoding
+// before it) wrote; unknown keys are skipped.
+func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	*e = Entry{}
+	for range max(n, 0) {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "q":
+			e.Seq, err = dec.DecodeUint64()
+		case "r":
+			e.Role, err = dec.DecodeString()
+		case "c":
+			e.Content, err = dec.DecodeString()
+		case "t":
+			e.Time, err = dec.DecodeFloat64()
+		case "m":
+			e.Metadata, err = dec.DecodeMap()
+		case "e":
+			e.Epoch, err = dec.DecodeUint64()
+		default:
+			err = dec.Skip()
+		}
+		if err != nil {
+			return fmt.Errorf("entry field %q: %w", k, err)
+		}
+	}
+	return nil
+}
