@@ -21,7 +21,8 @@ import (
 )
 
 // TestConnectionMetrics: /metrics counts every upgraded connection and
-// every close by the code the server sent.
+// every close by the code the server sent (a client's own close is
+// answered with its code; 1006 is only for a socket that just ended).
 func TestConnectionMetrics(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nodeOpts{})
@@ -54,8 +55,18 @@ func TestConnectionMetrics(t *testing.T) {
 	nw.send(map[string]any{"type": "complete"})
 	nw.readType("completed")
 	nw.expectClose(1000)
+	// 1000 too when the client closes cleanly (the server answers with
+	// the client's code), and 1001 for a client going away.
+	for _, code := range []int{1000, 1001} {
+		c = dial(t, n.URL)
+		c.hello(tok, "", 0)
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, "bye"), time.Now().Add(time.Second))
+		if got, _ := c.closeCode(); got != code {
+			t.Fatalf("the server answered a %d close with %d", code, got)
+		}
+	}
 
-	want := map[string]float64{"1008": 1, "1007": 2, "1003": 1, "4001": 1, "1000": 1}
+	want := map[string]float64{"1008": 1, "1007": 2, "1003": 1, "4001": 1, "1000": 2, "1001": 1}
 	eventually(t, "the closes to be counted", func() bool {
 		for code, v := range want {
 			if metric(fmt.Sprintf(`tether_connections_closed_total{code="%s"}`, code)) != v {
@@ -64,8 +75,8 @@ func TestConnectionMetrics(t *testing.T) {
 		}
 		return metric("tether_connections") == 0
 	})
-	if got := metric("tether_connections_opened_total"); got != 6 {
-		t.Fatalf("tether_connections_opened_total = %v, want 6", got)
+	if got := metric("tether_connections_opened_total"); got != 8 {
+		t.Fatalf("tether_connections_opened_total = %v, want 8", got)
 	}
 	if got := metric(`tether_errors_total{code="unauthorized"}`); got != 1 {
 		t.Fatalf(`tether_errors_total{code="unauthorized"} = %v, want 1`, got)

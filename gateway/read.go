@@ -99,6 +99,16 @@ func (c *conn) cleanup() {
 func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 	mt, data, err := c.ws.ReadMessage()
 	if err != nil {
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			// The client closed; gorilla has answered with its code, so
+			// that is the code this connection ended with (not 1006).
+			c.mu.Lock()
+			if c.code == 0 {
+				c.code = ce.Code
+			}
+			c.mu.Unlock()
+		}
 		if errors.Is(err, websocket.ErrReadLimit) {
 			c.badFrame(fmt.Sprintf("frame larger than the limit of %d bytes", c.srv.cfg.MaxFrame))
 			c.mu.Lock()
