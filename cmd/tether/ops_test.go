@@ -390,3 +390,26 @@ func TestServeHeaderTimeout(t *testing.T) {
 	}
 	t.Logf("cut off after %v", time.Since(start).Round(100*time.Millisecond))
 }
+
+// TestProtocolDocFlags: every flag of `tether serve` is in the protocol
+// reference's command line (gateway/PROTOCOL.md).
+func TestProtocolDocFlags(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../gateway/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := runTether(t, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("serve --help: exit %d", code)
+	}
+	flags := regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(out, -1)
+	if len(flags) < 20 {
+		t.Fatalf("found %d flags in serve --help:\n%s", len(flags), out)
+	}
+	for _, f := range flags {
+		if !bytes.Contains(doc, []byte("--"+f[1])) {
+			t.Errorf("gateway/PROTOCOL.md does not document --%s", f[1])
+		}
+	}
+}
