@@ -23,6 +23,7 @@ func (c *conn) hello() bool {
 		c.fail(wire.CodeBadRequest, bad.Error(), wire.ClosePolicy)
 		return false
 	case f.Type != wire.TypeHello:
+		c.badFrame("the first frame must be hello")
 		c.fail(wire.CodeBadRequest, "the first frame must be hello", wire.ClosePolicy)
 		return false
 	}
@@ -142,9 +143,12 @@ func (c *conn) next() bool {
 	case wire.TypeComplete:
 		err = c.sess.Complete(ctx)
 	case wire.TypeHello:
+		c.badFrame("hello was already received")
 		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "hello was already received"})
 	default:
-		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q", f.Type)})
+		msg := fmt.Sprintf("unknown frame type %q", f.Type)
+		c.badFrame(msg)
+		c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: msg})
 	}
 	if err != nil {
 		// The actor stopped (and closed this connection) or the node is

@@ -99,7 +99,18 @@ func (c *conn) cleanup() {
 func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 	mt, data, err := c.ws.ReadMessage()
 	if err != nil {
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			// The client closed; gorilla has answered with its code, so
+			// that is the code this connection ended with (not 1006).
+			c.mu.Lock()
+			if c.code == 0 {
+				c.code = ce.Code
+			}
+			c.mu.Unlock()
+		}
 		if errors.Is(err, websocket.ErrReadLimit) {
+			c.badFrame(fmt.Sprintf("frame larger than the limit of %d bytes", c.srv.cfg.MaxFrame))
 			c.mu.Lock()
 			c.code = wire.CloseTooBig // gorilla has sent the close frame
 			c.mu.Unlock()
@@ -107,18 +118,25 @@ func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
 		return f, nil, false
 	}
 	if mt != websocket.TextMessage {
+		c.badFrame("binary frame")
 		c.fail(wire.CodeBadRequest, "only text frames are accepted", wire.CloseUnsupported)
 		return f, nil, false
 	}
 	f, err = DecodeFrame(data)
+	if err != nil {
+		c.badFrame(err.Error())
+	}
 	if errors.Is(err, ErrInvalidPayload) {
 		c.fail(wire.CodeBadRequest, err.Error(), wire.CloseInvalidPayload)
 		return f, nil, false
 	}
-	if err != nil {
-		c.srv.log.Debug("bad frame", "session", c.sid, "err", err)
-	}
 	return f, err, true
+}
+
+// badFrame logs a frame the server refused (debug: a client's mistake,
+// not the node's).
+func (c *conn) badFrame(why string) {
+	c.srv.log.Debug("bad frame", "session", c.sid, "err", why)
 }
 
 // ErrInvalidPayload is a frame that is not UTF-8 or not JSON (close 1007).

@@ -72,6 +72,11 @@ type Config struct {
 	PingInterval, PongWait time.Duration
 	// WriteTimeout bounds one write to a client. Default 10s.
 	WriteTimeout time.Duration
+	// HeaderTimeout bounds reading a request's headers, and IdleTimeout
+	// how long a keep-alive HTTP connection may wait for its next
+	// request, on every listener: a client cannot hold connections open
+	// for free. Defaults 10s and 60s.
+	HeaderTimeout, IdleTimeout time.Duration
 	// AllowedOrigins are the browser origins (scheme://host[:port]) whose
 	// pages may open the WebSocket and call the HTTP API; "*" allows any.
 	// A request with no Origin (not a browser) is always allowed, and so
@@ -102,6 +107,8 @@ func (c *Config) setDefaults() error {
 	def(&c.PingInterval, 30*time.Second)
 	def(&c.PongWait, 75*time.Second)
 	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.HeaderTimeout, 10*time.Second)
+	def(&c.IdleTimeout, 60*time.Second)
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = 65536
 	}
@@ -170,10 +177,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.http = &http.Server{
 		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.HeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}

@@ -20,10 +20,16 @@ import (
 // stdout, stderr and exit code.
 func runTether(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runTetherEnv(t, nil, args...)
+}
+
+// runTetherEnv is runTether with extra environment variables (KEY=value).
+func runTetherEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tetherBin, args...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -77,7 +77,8 @@ type proc struct {
 	waitErr error
 }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+// listenRE finds the listening line in either log format (text, json).
+var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
 
 // startServe starts `tether serve` on data with extra flags and waits for
 // its listening line.
@@ -89,10 +90,16 @@ func startServe(t *testing.T, data string, extra ...string) *proc {
 // startProc is startServe without the --jwt-secret flag.
 func startProc(t *testing.T, data string, extra ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, data, nil, extra...)
+}
+
+// startProcEnv is startProc with extra environment variables (KEY=value).
+func startProcEnv(t *testing.T, data string, env []string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, extra...)
 	p := &proc{t: t, data: data, change: make(chan struct{}), exited: make(chan struct{})}
 	p.cmd = exec.Command(tetherBin, args...)
-	p.cmd.Env = childEnv()
+	p.cmd.Env = append(childEnv(), env...)
 	pipe, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -116,12 +123,13 @@ func startProc(t *testing.T, data string, extra ...string) *proc {
 		p.waitErr = p.cmd.Wait()
 		close(p.exited)
 	}()
-	line, err := p.waitLog("msg=listening", 20*time.Second)
+	line, err := p.waitLogRE(listenRE, 20*time.Second)
 	if err != nil {
 		p.killIfRunning()
 		t.Fatalf("tether serve %v: %v\nstderr:\n%s", extra, err, p.Stderr())
 	}
-	p.addr = listenRE.FindStringSubmatch(line)[1]
+	m := listenRE.FindStringSubmatch(line)
+	p.addr = m[1] + m[2]
 	return p
 }
 
@@ -130,6 +138,37 @@ func (p *proc) Stderr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stderr.String()
+}
+
+// waitLogRE waits for a stderr line matching re and returns it.
+func (p *proc) waitLogRE(re *regexp.Regexp, timeout time.Duration) (string, error) {
+	match := func(text string) (string, bool) {
+		for _, l := range strings.Split(text, "\n") {
+			if re.MatchString(l) {
+				return l, true
+			}
+		}
+		return "", false
+	}
+	deadline := time.After(timeout)
+	for {
+		p.mu.Lock()
+		text, ch := p.stderr.String(), p.change
+		p.mu.Unlock()
+		if l, ok := match(text); ok {
+			return l, nil
+		}
+		select {
+		case <-ch:
+		case <-p.exited:
+			if l, ok := match(p.Stderr()); ok {
+				return l, nil
+			}
+			return "", fmt.Errorf("process exited (%v) before logging a line matching %s", p.waitErr, re)
+		case <-deadline:
+			return "", fmt.Errorf("no line matching %s logged within %v", re, timeout)
+		}
+	}
 }
 
 // waitLog waits for a stderr line containing substr and returns it.
