@@ -26,7 +26,7 @@ func (s *Session) recoverAt(boot, lastAlive time.Time) []Effect {
 		s.markInterrupted(boot)
 	case h.Status == wal.StatusInterrupted && !lastAlive.Before(h.ExpiresAt):
 		s.expire(boot)
-		return s.out
+		return s.takeOut()
 	case h.Status == wal.StatusInterrupted:
 		if down := boot.Sub(lastAlive); down > 0 {
 			h.ExpiresAt = h.ExpiresAt.Add(down)
@@ -35,7 +35,7 @@ func (s *Session) recoverAt(boot, lastAlive time.Time) []Effect {
 		return nil
 	}
 	s.appendBatch(nil, nil, false)
-	return s.out
+	return s.takeOut()
 }
 
 // hasWork reports whether the session owes the agent a turn or a tool run.

@@ -24,8 +24,6 @@ const falsePositives = 0.01
 // firstFilter is the capacity of the first filter; each next one doubles.
 const firstFilter = 256
 
-func newSendIndex() sendIndex { return sendIndex{recent: make(map[string]uint64)} }
-
 // seen returns the seq id became, when it is known without the store.
 func (x *sendIndex) seen(id string) (uint64, bool) {
 	seq, ok := x.recent[id]
@@ -44,7 +42,12 @@ func (x *sendIndex) mayBeOlder(id string) bool {
 }
 
 // add records a send id seen in memory.
-func (x *sendIndex) add(id string, seq uint64) { x.recent[id] = seq }
+func (x *sendIndex) add(id string, seq uint64) {
+	if x.recent == nil {
+		x.recent = make(map[string]uint64, 4)
+	}
+	x.recent[id] = seq
+}
 
 // retire moves id out of memory into the filters (its entry left the tail).
 func (x *sendIndex) retire(id string) {

@@ -165,7 +165,7 @@ func TestSessionMaxTurns(t *testing.T) {
 }
 
 func TestSendIndexFilters(t *testing.T) {
-	x := newSendIndex()
+	var x sendIndex
 	x.retire("never-seen") // nothing to move
 	if len(x.filters) != 0 {
 		t.Fatal("retiring an unknown id made a filter")

@@ -82,7 +82,7 @@ type sessionConfig struct {
 // holds: its data and its newest entries (oldest first). olderSends are
 // the send ids of entries older than those (loaded only when there are).
 func newSession(cfg sessionConfig, d wal.SessionData, st state, cx contexts, newest []wal.Entry, now time.Time) *Session {
-	s := &Session{cfg: cfg, hdr: d.Header, st: st, ctx: cx, touch: now, sends: newSendIndex()}
+	s := &Session{cfg: cfg, hdr: d.Header, st: st, ctx: cx, touch: now}
 	s.stateBytes = d.Header.State
 	s.tail = newTail(cfg.TailEntries, cfg.TailBytes, s.evicted)
 	s.tail.add(newest...)
@@ -173,7 +173,15 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 	default:
 		s.fail(fmt.Errorf("actor: unknown event %T", ev))
 	}
-	return s.out
+	return s.takeOut()
+}
+
+// takeOut hands the effects over and keeps nothing of them: an idle
+// session must not hold on to what it last delivered.
+func (s *Session) takeOut() []Effect {
+	out := s.out
+	s.out = nil
+	return out
 }
 
 // emit queues an effect behind the newest non-lazy append in flight.

@@ -1,23 +1,24 @@
 package bench
 
 import (
-	"runtime"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/tether-dev/tether/actor"
 )
 
-const memSessions = 1000
+// memSessions is how many idle sessions the memory benchmark connects.
+const memSessions = 2000
 
-// BenchmarkSessionMemory measures the memory of memSessions connected,
-// idle sessions (each with a few entries), then of the same sessions once
-// their clients left and their actors passivated. Heap and goroutine
-// stacks are counted. Client and server share the process, so the
-// connected figure includes the benchmark client's own socket state: it
-// is an upper bound for the server. Run with -benchtime 1x.
+// BenchmarkSessionMemory measures a real `tether serve` process from
+// outside (its RSS in /proc): memSessions connected, idle sessions (each
+// with one exchange in its log), then the same sessions once their
+// clients left and their actors passivated. The figures are RSS growth
+// over the idle node divided by the sessions, after the server ran a few
+// GCs (asked through --pprof's heap endpoint with gc=1) and returned what
+// they freed. Run with -benchtime 1x.
 func BenchmarkSessionMemory(b *testing.B) {
 	for range b.N {
 		connected, passivated := measureSessions(b)
@@ -27,42 +28,60 @@ func BenchmarkSessionMemory(b *testing.B) {
 }
 
 func measureSessions(b *testing.B) (float64, float64) {
-	n := startNode(b, actor.Config{IdleTimeout: 50 * time.Millisecond})
-	tok := tokenFor(b, "bench")
-	base := inUse()
-	conns := make([]*websocket.Conn, 0, memSessions)
-	for range memSessions {
-		ws, _, err := hello(n.url, tok, "", 0)
-		if err != nil {
-			b.Fatal(err)
+	const pprofAddr = "127.0.0.1:16061"
+	srv := startServer(b, "--rate", "0", "--max-sessions-per-user", "-1", "--idle-timeout", "2s", "--pprof", pprofAddr)
+	// A few collections, as a node that runs for a while has had: each one
+	// may halve the stack of a goroutine that uses little of it.
+	gc := func() {
+		for range 3 {
+			resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?gc=1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
 		}
-		if _, err := fill(ws, 2); err != nil {
-			b.Fatal(err)
-		}
-		conns = append(conns, ws)
+		time.Sleep(5 * time.Second) // the runtime returns freed pages to the OS in the background
 	}
-	connected := float64(inUse()-base) / memSessions
+	tok := tokenFor(b, "bench")
+	// Warm up the server's pools with a first round, then measure the base.
+	warm := connectIdle(b, srv.url(), tok, 100)
+	for _, ws := range warm {
+		ws.Close()
+	}
+	gc()
+	base := srv.rss(b)
+	conns := connectIdle(b, srv.url(), tok, memSessions)
+	gc()
+	connected := float64(srv.rss(b)-base) / memSessions
 	for _, ws := range conns {
 		ws.Close()
 	}
-	conns = nil
-	deadline := time.Now().Add(30 * time.Second)
-	for n.reg.Stats().Active > 0 {
+	deadline := time.Now().Add(60 * time.Second)
+	for srv.metric(b, "tether_sessions_active") > 0 {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d actors still active", n.reg.Stats().Active)
+			b.Fatal("actors still active 60s after their clients left")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
-	passivated := float64(inUse()-base) / memSessions
+	gc()
+	passivated := float64(srv.rss(b)-base) / memSessions
 	return connected, passivated
 }
 
-// inUse is live heap plus goroutine stacks after a full collection.
-func inUse() int64 {
-	var m runtime.MemStats
-	for range 2 {
-		runtime.GC()
+// connectIdle opens n sessions, each with one exchange, and leaves them
+// connected and idle.
+func connectIdle(b *testing.B, url, tok string, n int) []*websocket.Conn {
+	b.Helper()
+	conns := make([]*websocket.Conn, 0, n)
+	for range n {
+		ws, _, err := hello(url, tok, "", 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := fill(ws, 1); err != nil {
+			b.Fatal(fmt.Errorf("fill: %w", err))
+		}
+		conns = append(conns, ws)
 	}
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc + m.StackInuse)
+	return conns
 }

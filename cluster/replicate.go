@@ -45,7 +45,7 @@ type queued struct {
 var errReplicatorStopped = errors.New("cluster: session released")
 
 func newReplicator(j *journal, sid string, epoch, shipped, shippedEpoch uint64) *replicator {
-	return &replicator{j: j, c: j.c, sid: sid, epoch: epoch, shipped: shipped, shippedEpoch: shippedEpoch, synced: make(map[string]bool)}
+	return &replicator{j: j, c: j.c, sid: sid, epoch: epoch, shipped: shipped, shippedEpoch: shippedEpoch}
 }
 
 // enqueue takes a batch whose local append finished (err says how). It
@@ -229,6 +229,9 @@ func (r *replicator) isSynced(t string) bool {
 func (r *replicator) setSynced(t string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.synced == nil {
+		r.synced = make(map[string]bool, 2)
+	}
 	r.synced[t] = ok
 }
 

@@ -14,7 +14,7 @@ import (
 
 // hello handles the first frame; it reports whether a session is attached.
 func (c *conn) hello() bool {
-	f, bad, ok := c.read()
+	f, bad, ok := c.read(c.ws.ReadMessage())
 	if !ok {
 		return false
 	}
@@ -96,9 +96,10 @@ func (c *conn) openFailed(err error) {
 	}
 }
 
-// next handles one frame after the hello; false ends the connection.
-func (c *conn) next() bool {
-	f, bad, ok := c.read()
+// next handles one frame read after the hello; false ends the
+// connection.
+func (c *conn) next(mt int, data []byte, rerr error) bool {
+	f, bad, ok := c.read(mt, data, rerr)
 	if !ok || c.isClosing() {
 		return false
 	}

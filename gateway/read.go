@@ -21,20 +21,42 @@ const MaxSendIDLen = 64
 // the socket ends. On the way out it detaches the session, which starts
 // the reconnect window.
 func (c *conn) serve() {
-	defer c.srv.wg.Done()
-	defer c.cleanup()
 	c.ws.SetReadLimit(c.srv.cfg.MaxFrame)
-	if c.hello() {
-		// The heartbeat counts only once the client proved who it is:
-		// before that, the hello deadline alone applies (the reaper).
-		c.lastRead.Store(time.Now().UnixNano())
-		c.ws.SetPongHandler(func(string) error {
-			c.heard()
-			return nil
-		})
-		for c.next() {
+	if !c.hello() {
+		c.finish()
+		return
+	}
+	// The heartbeat counts only once the client proved who it is: before
+	// that, the hello deadline alone applies (the reaper).
+	c.lastRead.Store(time.Now().UnixNano())
+	c.ws.SetPongHandler(func(string) error {
+		c.heard()
+		return nil
+	})
+	// The hello grew this goroutine's stack (token checks, opening the
+	// session); an idle connection's reader should not keep that: the
+	// frames are read by a fresh goroutine from here on.
+	go c.readLoop()
+}
+
+// readLoop reads frames after the hello until the connection ends. It
+// only reads; handling a frame happens in calls that have returned before
+// the next read, so an idle connection's goroutine holds a shallow stack,
+// which the runtime shrinks.
+func (c *conn) readLoop() {
+	for {
+		mt, data, err := c.ws.ReadMessage()
+		if !c.next(mt, data, err) {
+			break
 		}
 	}
+	c.finish()
+}
+
+// finish waits out the close handshake and cleans up.
+func (c *conn) finish() {
+	defer c.srv.wg.Done()
+	defer c.cleanup()
 	// Wait for the peer's answer to our close (or the grace to pass), so
 	// the close handshake completes.
 	for {
@@ -96,8 +118,7 @@ func (c *conn) cleanup() {
 // read returns the next client frame, or ok=false when the connection is
 // done (its close has been requested already, or the socket failed).
 // decodeErr is set for a frame that is JSON but not a valid frame.
-func (c *conn) read() (f wire.ClientFrame, decodeErr error, ok bool) {
-	mt, data, err := c.ws.ReadMessage()
+func (c *conn) read(mt int, data []byte, err error) (f wire.ClientFrame, decodeErr error, ok bool) {
 	if err != nil {
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) {

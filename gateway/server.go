@@ -170,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 		// Small read buffers and a shared write buffer pool keep an idle
 		// connection cheap; the handler returns right after the upgrade so
 		// net/http's own buffers are freed.
-		ReadBufferSize:  512,
+		ReadBufferSize:  256,
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     s.originAllowed,
