@@ -6,12 +6,29 @@ DATA     ?= ./data
 AGENT    ?= demo
 BENCHTIME ?= 1s
 
-.PHONY: run build test chromium bench bench-micro vet fmt fuzz clean
+.PHONY: run cluster build test chromium bench bench-micro vet fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
 run: build
 	$(BIN) serve --listen $(LISTEN) --data $(DATA) --dev-tokens --agent $(AGENT)
+
+## cluster: three nodes on 127.0.0.1 (HTTP 8081-8083, gossip 7947-7949, data in
+## $(DATA)/node-N), replicas 2, the demo page on each; Ctrl-C stops them cleanly.
+## They share a JWT secret (fresh each time, or CLUSTER_JWT) so a token from any
+## node's /dev/token works on all of them.
+CLUSTER_JWT ?= $(shell od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+cluster: build
+	@echo "three nodes (Ctrl-C stops them):"
+	@for i in 1 2 3; do echo "  node-$$i  http://127.0.0.1:808$$i/   ws://127.0.0.1:808$$i/v1/ws"; done
+	@trap 'wait' INT TERM; \
+	for i in 1 2 3; do \
+		join=""; [ $$i -gt 1 ] && join="--join 127.0.0.1:7947"; \
+		$(BIN) serve --listen 127.0.0.1:808$$i --gossip 127.0.0.1:794$$((6+$$i)) $$join --node-id node-$$i \
+			--data $(DATA)/node-$$i --jwt-secret $(CLUSTER_JWT) --dev-tokens --agent $(AGENT) --replicas 2 & \
+		sleep 0.5; \
+	done; \
+	wait
 
 ## build: the tether binary in bin/
 build:
