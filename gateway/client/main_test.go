@@ -14,8 +14,8 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	tnode "github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/gateway/wire"
-	"github.com/tether-dev/tether/wal"
 )
 
 // Every test closes its clients and servers: goleak fails the package if
@@ -53,24 +53,31 @@ func newNode(t *testing.T, o nodeOpts) *node {
 
 func newNodes(t *testing.T, o nodeOpts) []*node {
 	t.Helper()
-	secret := []byte("client-test-secret")
-	l, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := actor.New(actor.Config{Journal: l, ReplayLimit: o.replayLimit, Engine: o.engine, Logger: quiet})
-	if err != nil {
-		l.Close()
-		t.Fatal(err)
-	}
-	var nodes []*node
-	var served []chan struct{}
-	for i := range max(o.fronts, 1) {
-		secret := secret
+	secretFor := func(i int) []byte {
 		if i < len(o.secrets) {
-			secret = o.secrets[i]
+			return o.secrets[i]
 		}
-		srv, err := gateway.New(gateway.Config{Backend: gateway.Local(reg), Secret: secret, NoRateLimit: true, MaxFrame: o.maxFrame, Logger: quiet})
+		return []byte("client-test-secret")
+	}
+	gc := func(i int) gateway.Config {
+		return gateway.Config{Secret: secretFor(i), NoRateLimit: true, MaxFrame: o.maxFrame, Logger: quiet}
+	}
+	// The node is assembled as tether serve assembles one; more fronts, if
+	// asked for, are gateways sharing its registry (clients that move
+	// between "nodes" without a cluster).
+	nd, err := tnode.New(tnode.Config{
+		Dir: t.TempDir(), Logger: quiet, Gateway: gc(0),
+		Actor: actor.Config{ReplayLimit: o.replayLimit, Engine: o.engine},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*node{{addr: nd.Addr, secret: secretFor(0), srv: nd.Server, reg: nd.Registry}}
+	var served []chan struct{}
+	for i := 1; i < max(o.fronts, 1); i++ {
+		cfg := gc(i)
+		cfg.Backend = gateway.Local(nd.Registry)
+		srv, err := gateway.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,20 +91,19 @@ func newNodes(t *testing.T, o nodeOpts) []*node {
 			_ = srv.Serve(ln)
 		}()
 		served = append(served, done)
-		nodes = append(nodes, &node{addr: ln.Addr().String(), secret: secret, srv: srv, reg: reg})
+		nodes = append(nodes, &node{addr: ln.Addr().String(), secret: cfg.Secret, srv: srv, reg: nd.Registry})
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		for _, n := range nodes {
+		for _, n := range nodes[1:] {
 			_ = n.srv.Shutdown(ctx)
 		}
-		reg.Close()
-		for i, n := range nodes {
+		_ = nd.Close()
+		for i, n := range nodes[1:] {
 			n.srv.Close()
 			<-served[i]
 		}
-		l.Close()
 	})
 	return nodes
 }
