@@ -30,8 +30,14 @@ func startServer(tb testing.TB, extra ...string) *server {
 	tb.Helper()
 	dir := tb.TempDir()
 	extra = append(extra, strings.Fields(os.Getenv("TETHER_BENCH_SERVER_FLAGS"))...)
+	// TETHER_BENCH_SERVER_BIN runs another tether binary (an older
+	// version, for before/after figures) instead of this tree's.
+	bin := os.Getenv("TETHER_BENCH_SERVER_BIN")
+	if bin == "" {
+		bin = serverBin(tb)
+	}
 	l, err := NewLocal(context.Background(), LocalConfig{
-		N: 1, Bin: serverBin(tb), Dir: dir, JWTSecret: string(secret), Agent: "echo", Extra: extra,
+		N: 1, Bin: bin, Dir: dir, JWTSecret: string(secret), Agent: "echo", Extra: extra,
 	})
 	if err != nil {
 		tb.Fatal(err)

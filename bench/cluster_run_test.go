@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A short run against three real local nodes in a cluster (replicas 2,
+// fast failure detection), a random node SIGKILLed every 8 s and
+// restarted: users drop, go silent and resume through other nodes, and
+// every session verifies with zero violations.
+func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three real nodes for ~30s")
+	}
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	b, err := New(Config{
+		Local: 3, ServerBin: serverBin(t), DataDir: filepath.Join(dir, "nodes"),
+		ServerArgs: []string{"--gossip-timing=test", "--replicas=2"},
+		Sessions: 40, Ramp: 2 * time.Second, Duration: 20 * time.Second, Rate: 1,
+		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
+		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond, KillEvery: 8 * time.Second, Down: time.Second,
+		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,
+		Out: &out, Err: &errOut,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := b.Run(ctx)
+	if cerr := b.Close(); cerr != nil {
+		t.Errorf("close: %v", cerr)
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	t.Logf("summary:\n%s", out.String())
+	c := rep.Counts
+	switch {
+	case !rep.Passed || c.Violations != 0:
+		t.Fatalf("violations:\n%s\n%s", out.String(), errOut.String())
+	case c.NodeKills < 2:
+		t.Fatalf("%d node kills, want at least 2", c.NodeKills)
+	case c.AckedSends < 100 || c.AcksVerified+c.UncheckedAcks != c.AckedSends:
+		t.Fatalf("acks: %+v", c)
+	case c.SessionsVerified+c.SessionsExpired != int(c.Sessions) || c.SessionsVerified == 0:
+		t.Fatalf("sessions not all read back: %+v", c)
+	case c.Resumes == 0:
+		t.Fatalf("no resume: %+v", c)
+	}
+}
