@@ -24,7 +24,7 @@ const throughputSessions = 200
 // in the same run, with the ratio of the two. Run it with a fixed count,
 // e.g. -benchtime 40000x.
 func BenchmarkAckThroughput(b *testing.B) {
-	srv := startServer(b, "--rate", "0", "--max-turns", "1000")
+	srv := startServer(b, "--rate", "0")
 	raw := rawFsyncRate(b, srv.dir, time.Second)
 	conns := make([]*websocket.Conn, throughputSessions)
 	for i := range conns {
