@@ -171,16 +171,19 @@ var ErrInvalidPayload = errors.New("frame is not valid UTF-8 JSON")
 // the log could not store and read back (wal.CheckValue).
 func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 	var f wire.ClientFrame
-	switch {
-	case !utf8.Valid(data):
+	if !utf8.Valid(data) {
 		return f, fmt.Errorf("%w: not UTF-8", ErrInvalidPayload)
-	case !json.Valid(data):
-		return f, fmt.Errorf("%w: not JSON", ErrInvalidPayload)
 	}
 	var head struct {
 		Type string `json:"type"`
 	}
+	// Unmarshal checks the whole frame is JSON before it decodes anything:
+	// a syntax error is a frame that is not JSON (1007), no separate pass.
 	if err := json.Unmarshal(data, &head); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return f, fmt.Errorf("%w: not JSON", ErrInvalidPayload)
+		}
 		return f, fmt.Errorf("malformed client frame: %v", err)
 	}
 	f.Type = head.Type
