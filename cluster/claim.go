@@ -37,6 +37,9 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 	if !ok {
 		return wal.SessionData{}, fmt.Errorf("%w: %q", wal.ErrNotFound, sid)
 	}
+	if err := j.released(ctx, sid, copies); err != nil {
+		return wal.SessionData{}, err
+	}
 	self := j.c.cfg.Self.ID
 	mine := slices.IndexFunc(copies, func(c copyAt) bool { return c.node == self })
 	if mine < 0 || best.node != self && best.newer(copies[mine]) {
@@ -59,6 +62,39 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 		return wal.SessionData{}, err
 	}
 	return d, nil
+}
+
+// released checks that no other live member still holds sid: the owner
+// each copy names, when it is a member in this node's view, is asked
+// whether it owns the session in its own view or still runs its actor.
+// Views disagree while gossip settles (gossip is not consensus); a node
+// that took a session from an owner still writing it — a stale view
+// taking it back from the node that fenced it, a new owner pulling while
+// the old one has not let go — could lose entries the other had acked,
+// since it reads the copies before it fences them. Such a claim waits:
+// the client is told to retry. An owner gone from the view (failed,
+// left) is not asked, so a takeover after a failure costs no call.
+func (j *journal) released(ctx context.Context, sid string, copies []copyAt) error {
+	self := j.c.cfg.Self.ID
+	asked := map[string]bool{self: true}
+	for _, cp := range copies {
+		o := cp.header.Owner
+		if asked[o] || o == "" {
+			continue
+		}
+		asked[o] = true
+		if _, ok := j.c.member(o); !ok {
+			continue
+		}
+		var resp holdsResp
+		if err := j.c.call(ctx, o, methodHolds, headReq{SID: sid}, &resp); err != nil {
+			return fmt.Errorf("%w: ask %s whether it still holds %s: %v", ErrUnavailable, o, sid, err)
+		}
+		if resp.Holds {
+			return fmt.Errorf("%w: %s still holds %s", ErrUnavailable, o, sid)
+		}
+	}
+	return nil
 }
 
 // survey asks the nodes that may hold a copy of sid — its replicas in
