@@ -107,7 +107,7 @@ func TestGracefulLeaveUnderLoad(t *testing.T) {
 	c.stop(leaving)
 	c.waitView(others...)
 	ws.waitAcks(5)
-	ws.stop()
+	ws.stopSettled(t, c)
 
 	for _, w := range ws {
 		codes := w.closeCodes()
@@ -161,7 +161,7 @@ func TestJoinUnderLoad(t *testing.T) {
 	n4 := c.add()
 	c.waitView(c.nodes...)
 	ws.waitAcks(5)
-	ws.stop()
+	ws.stopSettled(t, c)
 
 	movedTo4 := 0
 	for _, w := range ws {
@@ -274,13 +274,7 @@ func TestPartitionHeal(t *testing.T) {
 	// other node holds (gossip is not consensus: see the README).
 	ws := spread(t, 2, n3, majority, majority)
 	ws.waitAcks(3)
-	ws.stop()
-	for _, w := range ws {
-		eventually(t, "the last turn of "+w.sid, func() bool {
-			h, ok := header(owner(t, w.sid, c.nodes...), w.sid)
-			return ok && !actor.HasWork(h)
-		})
-	}
+	ws.stopSettled(t, c)
 	on3 := 0
 	for _, w := range ws {
 		if len(active(w.sid, n3)) > 0 {
@@ -309,7 +303,7 @@ func TestPartitionHeal(t *testing.T) {
 	n3.ft.Heal()
 	c.waitView(c.nodes...)
 	ws2.waitAcks(5)
-	ws2.stop()
+	ws2.stopSettled(t, c)
 	for _, w := range ws {
 		eventually(t, "one actor for "+w.sid, func() bool {
 			a := active(w.sid, c.nodes...)
@@ -318,5 +312,18 @@ func TestPartitionHeal(t *testing.T) {
 		for _, n := range c.nodes {
 			w.l.check(wholeLog(t, n, w.tok, w.sid))
 		}
+	}
+}
+
+// stopSettled stops the writers and waits until no session has a turn
+// in flight, so that the logs no longer grow.
+func (ws load) stopSettled(t testing.TB, c *tcluster) {
+	t.Helper()
+	ws.stop()
+	for _, w := range ws {
+		eventually(t, "the last turn of "+w.sid, func() bool {
+			h, ok := header(owner(t, w.sid, c.live()...), w.sid)
+			return ok && !actor.HasWork(h)
+		})
 	}
 }
