@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -64,34 +65,48 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 	return d, nil
 }
 
-// released checks that no other live member still holds sid: the owner
-// each copy names, when it is a member in this node's view, is asked
-// whether it owns the session in its own view or still runs its actor.
-// Views disagree while gossip settles (gossip is not consensus); a node
-// that took a session from an owner still writing it — a stale view
-// taking it back from the node that fenced it, a new owner pulling while
-// the old one has not let go — could lose entries the other had acked,
-// since it reads the copies before it fences them. Such a claim waits:
-// the client is told to retry. An owner gone from the view (failed,
-// left) is not asked, so a takeover after a failure costs no call.
+// released waits until no other live member holds sid: the owner each
+// copy names, when it is a member in this node's view, is asked whether
+// it owns the session in its own view or still runs its actor. Views
+// disagree while gossip settles (gossip is not consensus); a node that
+// took a session from an owner still writing it — a stale view taking it
+// back from the node that fenced it, a new owner pulling while the old
+// one has not let go — could lose entries the other had acked, since it
+// reads the copies before it fences them. The holder lets go as soon as
+// its view catches up (moveAway), so the claim waits for that, up to
+// ForwardFor; then the client is told to retry. An owner gone from the
+// view (failed, left) is not asked: a takeover after a failure costs no
+// call.
 func (j *journal) released(ctx context.Context, sid string, copies []copyAt) error {
 	self := j.c.cfg.Self.ID
-	asked := map[string]bool{self: true}
+	var owners []string
 	for _, cp := range copies {
-		o := cp.header.Owner
-		if asked[o] || o == "" {
-			continue
+		if o := cp.header.Owner; o != "" && o != self && !slices.Contains(owners, o) {
+			owners = append(owners, o)
 		}
-		asked[o] = true
-		if _, ok := j.c.member(o); !ok {
-			continue
-		}
-		var resp holdsResp
-		if err := j.c.call(ctx, o, methodHolds, headReq{SID: sid}, &resp); err != nil {
-			return fmt.Errorf("%w: ask %s whether it still holds %s: %v", ErrUnavailable, o, sid, err)
-		}
-		if resp.Holds {
-			return fmt.Errorf("%w: %s still holds %s", ErrUnavailable, o, sid)
+	}
+	deadline := time.Now().Add(j.c.cfg.ForwardFor)
+	for _, o := range owners {
+		for {
+			if _, ok := j.c.member(o); !ok {
+				break
+			}
+			var resp holdsResp
+			err := j.c.call(ctx, o, methodHolds, headReq{SID: sid}, &resp)
+			if err == nil && !resp.Holds {
+				break
+			}
+			if err == nil {
+				err = fmt.Errorf("%s still holds %s", o, sid)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 	return nil

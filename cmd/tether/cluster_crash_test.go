@@ -216,3 +216,42 @@ func TestClusterSIGTERM(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRestartAfterCrash: a killed node comes back on its data
+// while the node that took its sessions over still serves them. It must
+// start (its boot recovery waits for the other node to let its sessions
+// go), take them back with everything written meanwhile, and their
+// clients, told to reconnect, resume with nothing lost.
+func TestClusterRestartAfterCrash(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3, 2)
+	const victim = 0
+	place := c.placement()
+	var ss []*psession
+	for i := 0; len(ss) < 3; i++ {
+		if i == 60 {
+			t.Fatal("60 sessions and not 3 owned by the victim")
+		}
+		s := c.newSession(fmt.Sprintf("user-%d", i), 1+i%2)
+		if place.Owner(s.sid) == c.ids[victim] {
+			s.reply(s.send(false))
+			ss = append(ss, s)
+		}
+	}
+	c.kill9(victim)
+	for _, s := range ss { // taken over, written, and still attached
+		s.closed()
+		s.resume(s.via)
+		s.reply(s.send(false))
+	}
+	c.restart(victim)
+	c.waitMembers()
+	for _, s := range ss {
+		if code := s.closed(); code != 1012 {
+			t.Errorf("%s: closed with %d when its owner came back, want 1012", s.sid, code)
+		}
+		s.resume(s.via)
+		s.reply(s.send(false))
+		s.check(victim)
+	}
+}

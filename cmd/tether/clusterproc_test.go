@@ -27,6 +27,7 @@ type pcluster struct {
 	ids    []string
 	gossip []string
 	procs  []*proc
+	args   [][]string // each node's serve flags
 	dead   map[int]bool
 }
 
@@ -45,7 +46,9 @@ func startCluster(t *testing.T, n, r int, extra ...string) *pcluster {
 		if i > 0 {
 			args = append(args, "--join", c.gossip[0])
 		}
-		c.procs = append(c.procs, startServe(t, t.TempDir(), append(args, extra...)...))
+		args = append(args, extra...)
+		c.args = append(c.args, args)
+		c.procs = append(c.procs, startServe(t, t.TempDir(), args...))
 	}
 	c.waitMembers()
 	return c
@@ -113,6 +116,24 @@ func (c *pcluster) kill9(i int) time.Time {
 	c.procs[i].kill9()
 	c.dead[i] = true
 	return time.Now()
+}
+
+// restart starts killed node i again on its data, address and id,
+// joining every other node.
+func (c *pcluster) restart(i int) {
+	c.t.Helper()
+	var seeds []string
+	for j, g := range c.gossip {
+		if j != i {
+			seeds = append(seeds, g)
+		}
+	}
+	args := slices.Clone(c.args[i])
+	if k := slices.Index(args, "--join"); k >= 0 {
+		args = slices.Delete(args, k, k+2)
+	}
+	c.procs[i] = c.procs[i].restart(append(args, "--join", strings.Join(seeds, ","))...)
+	delete(c.dead, i)
 }
 
 // sum adds a metric over the live nodes.
