@@ -168,6 +168,9 @@ func TestJoinUnderLoad(t *testing.T) {
 		log := wholeLog(t, c.nodes[0], w.tok, w.sid)
 		last := w.l.check(log)
 		now := owner(t, w.sid, c.nodes...)
+		if a := active(w.sid, c.nodes...); len(a) > 1 || len(a) == 1 && a[0] != now.id {
+			t.Errorf("session %s (owner %s) has actors on %v", w.sid, now.id, a)
+		}
 		if now.id != ownerBefore[w.sid] && now != n4 {
 			t.Errorf("session %s moved from %s to %s, not to the new node", w.sid, ownerBefore[w.sid], now.id)
 		}
