@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -37,6 +38,9 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 	if !ok {
 		return wal.SessionData{}, fmt.Errorf("%w: %q", wal.ErrNotFound, sid)
 	}
+	if err := j.released(ctx, sid, copies); err != nil {
+		return wal.SessionData{}, err
+	}
 	self := j.c.cfg.Self.ID
 	mine := slices.IndexFunc(copies, func(c copyAt) bool { return c.node == self })
 	if mine < 0 || best.node != self && best.newer(copies[mine]) {
@@ -59,6 +63,53 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 		return wal.SessionData{}, err
 	}
 	return d, nil
+}
+
+// released waits until no other live member holds sid: the owner each
+// copy names, when it is a member in this node's view, is asked whether
+// it owns the session in its own view or still runs its actor. Views
+// disagree while gossip settles (gossip is not consensus); a node that
+// took a session from an owner still writing it — a stale view taking it
+// back from the node that fenced it, a new owner pulling while the old
+// one has not let go — could lose entries the other had acked, since it
+// reads the copies before it fences them. The holder lets go as soon as
+// its view catches up (moveAway), so the claim waits for that, up to
+// ForwardFor; then the client is told to retry. An owner gone from the
+// view (failed, left) is not asked: a takeover after a failure costs no
+// call.
+func (j *journal) released(ctx context.Context, sid string, copies []copyAt) error {
+	self := j.c.cfg.Self.ID
+	var owners []string
+	for _, cp := range copies {
+		if o := cp.header.Owner; o != "" && o != self && !slices.Contains(owners, o) {
+			owners = append(owners, o)
+		}
+	}
+	deadline := time.Now().Add(j.c.cfg.ForwardFor)
+	for _, o := range owners {
+		for {
+			if _, ok := j.c.member(o); !ok {
+				break
+			}
+			var resp holdsResp
+			err := j.c.call(ctx, o, methodHolds, headReq{SID: sid}, &resp)
+			if err == nil && !resp.Holds {
+				break
+			}
+			if err == nil {
+				err = fmt.Errorf("%s still holds %s", o, sid)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // survey asks the nodes that may hold a copy of sid — its replicas in

@@ -118,6 +118,7 @@ type Cluster struct {
 	mu    sync.RWMutex
 	place *Placement
 	view  map[string]Member
+	gone  map[string]bool // members the view dropped (see onChange)
 	reg   *actor.Registry // set by Attach
 	left  bool
 
@@ -138,6 +139,7 @@ func New(cfg Config) (*Cluster, error) {
 	c.journal = newJournal(c)
 	c.place = NewPlacement([]string{cfg.Self.ID}, cfg.Placement)
 	c.view = map[string]Member{cfg.Self.ID: {NodeMeta: cfg.Self}}
+	c.gone = map[string]bool{}
 	var err error
 	c.link, err = NewLink(LinkConfig{
 		NodeID: cfg.Self.ID, Secret: cfg.Secret, Serve: c.serve, Accept: c.accept,
@@ -180,7 +182,7 @@ func (c *Cluster) Attach(reg *actor.Registry) {
 	c.mu.Lock()
 	c.reg = reg
 	c.mu.Unlock()
-	c.moveAway() // sessions recovered at boot that another node now owns
+	c.moveAway(nil) // sessions recovered at boot that another node now owns
 }
 
 // NewID returns a fresh session id.
@@ -233,6 +235,13 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		c.evict(ctx, reg, reg.ActiveIDs())
 	}
 	return err
+}
+
+// hasLeft reports whether Leave was called.
+func (c *Cluster) hasLeft() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.left
 }
 
 // Close stops gossip and the node link. Safe to call twice.

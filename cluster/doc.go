@@ -47,4 +47,17 @@
 // sender must bound what it sends ahead of acknowledgements. The link is
 // authenticated, not encrypted (ws://): after the handshake, frames are
 // neither secret nor integrity-protected, so keep it on a trusted network.
+//
+// # Ownership changes
+//
+// Views disagree while gossip settles, so two nodes may both believe they
+// own a session. Epochs fence the loser at its next append (its replica
+// is the other's next owner); on top of that, a claim waits while the
+// owner a copy names is a live member that still owns or serves the
+// session (released, in claim.go), a node serves a forwarded open only
+// for a session it owns, and when a member its view had dropped comes
+// back (a partition healed, a node restarted) a node stops the actors
+// whose replicas include it, since that member may have written to them
+// meanwhile. A node cut off alone still owns everything in its own view
+// and acks what only it holds; gossip is not consensus.
 package cluster

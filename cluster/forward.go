@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -99,9 +98,12 @@ func (c *Cluster) route(ctx context.Context, sid string, local func(*actor.Regis
 			if rerr != nil {
 				return ErrUnavailable
 			}
-			return local(reg)
-		}
-		if m, ok := c.member(owner); ok {
+			// Unavailable here is a claim waiting for another node to
+			// let the session go, or a replica not answering: retried.
+			if err = local(reg); !errors.Is(err, ErrUnavailable) {
+				return err
+			}
+		} else if m, ok := c.member(owner); ok {
 			err = remote(m)
 			var p permanent
 			if err == nil || errors.As(err, &p) {
@@ -164,8 +166,8 @@ func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn,
 	}
 	if res.Code != "" {
 		_ = s.Close()
-		if res.Code == codeClosed {
-			return nil, errors.New("cluster: the owner is shutting down") // retried
+		if res.Code == codeClosed || res.Code == codeUnavailable {
+			return nil, fmt.Errorf("cluster: the owner cannot serve %s yet: %s", req.SID, res.Message) // retried
 		}
 		return nil, permanent{actorErr(res.Code, res.Message)}
 	}
@@ -215,10 +217,15 @@ func (r *remote) Detach() { r.once.Do(func() { _ = r.s.Close() }) }
 // link broke), the client is told to reconnect.
 func (r *remote) read() {
 	defer r.c.wg.Done()
+	told := false // the owner closed the client
 	for {
 		raw, err := r.s.Recv(r.c.ctx)
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			// Even a clean end (io.EOF) may come without the owner's
+			// close: its actor stopped and the stream was ended before
+			// the close went out. The client must not wait on a session
+			// that is gone; closing it twice is harmless.
+			if !told {
 				r.conn.Close(actor.CloseShutdown, "lost the session's owner; reconnect")
 			}
 			return
@@ -231,6 +238,7 @@ func (r *remote) read() {
 			return
 		}
 		if m.Close != nil {
+			told = true
 			r.conn.Close(m.Close.Why, m.Close.Msg)
 			continue
 		}

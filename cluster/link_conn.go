@@ -223,7 +223,14 @@ func (c *conn) readLoop() {
 		_ = alive("")
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
-			c.down(readError(err))
+			if c.l.ctx.Err() != nil {
+				// This side is closing: the peer's answer to our close
+				// frame may come before closeGracefully marks the end.
+				err = ErrClosed
+			} else {
+				err = readError(err)
+			}
+			c.down(err)
 			return
 		}
 		if mt != websocket.BinaryMessage {

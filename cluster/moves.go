@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,21 @@ func (c *Cluster) onChange(members []Member) {
 	p := NewPlacement(ids, c.cfg.Placement)
 	p.Warm(min(c.cfg.Replicas, len(ids)))
 	c.mu.Lock()
+	// A member this node's view had dropped that is back (a partition
+	// healed, a node restarted) may have taken sessions over while it
+	// could not see this node: see moveAway.
+	var back []string
+	for id := range view {
+		if c.gone[id] {
+			back = append(back, id)
+			delete(c.gone, id)
+		}
+	}
+	for id := range c.view {
+		if _, ok := view[id]; !ok {
+			c.gone[id] = true
+		}
+	}
 	c.place, c.view = p, view
 	attached := c.reg != nil && !c.left
 	c.mu.Unlock()
@@ -35,22 +51,27 @@ func (c *Cluster) onChange(members []Member) {
 	}
 	c.log.Info("members", "count", len(ids), "members", ids)
 	if attached {
-		c.moveAway()
+		c.moveAway(back)
 		c.takeOver()
 	}
 }
 
 // moveAway stops the actors of sessions this node no longer owns: their
 // clients reconnect and reach the new owner, which takes the session over
-// from the copies (this node's among them).
-func (c *Cluster) moveAway() {
+// from the copies (this node's among them). It also stops those whose
+// replicas include a member that is back: while the two could not see
+// each other, that member may have owned the session and written to it,
+// so this actor's memory may be stale (its next append would be fenced,
+// but a resume would be served from it first). Its client reconnects and
+// the session is claimed again from the newest copy.
+func (c *Cluster) moveAway(back []string) {
 	reg, err := c.registry()
 	if err != nil {
 		return
 	}
 	var gone []string
 	for _, sid := range reg.ActiveIDs() {
-		if !c.Owns(sid) {
+		if !c.Owns(sid) || len(back) > 0 && slices.ContainsFunc(c.replicas(sid), func(id string) bool { return slices.Contains(back, id) }) {
 			gone = append(gone, sid)
 		}
 	}

@@ -14,19 +14,21 @@ const (
 	methodCopy     = "copy"     // wal.Copy → struct{}: replication (fenced)
 	methodSnapshot = "snapshot" // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
 	methodSession  = "session"  // stream: a client attached through another node
+	methodHolds    = "holds"    // headReq → holdsResp: does the node own or serve the session now
 )
 
 // Link error codes (link.WithCode) the other side maps to sentinels.
 const (
-	codeStaleEpoch = "stale_epoch"
-	codeSeqGap     = "seq_gap"
-	codeDiverged   = "diverged"
-	codeNotFound   = "not_found"
-	codeReauth     = "reauth_required"
-	codeBadLastSeq = "bad_last_seq"
-	codeTooMany    = "too_many_sessions"
-	codeExists     = "exists"
-	codeClosed     = "closed"
+	codeStaleEpoch  = "stale_epoch"
+	codeSeqGap      = "seq_gap"
+	codeDiverged    = "diverged"
+	codeNotFound    = "not_found"
+	codeReauth      = "reauth_required"
+	codeBadLastSeq  = "bad_last_seq"
+	codeTooMany     = "too_many_sessions"
+	codeExists      = "exists"
+	codeClosed      = "closed"
+	codeUnavailable = "unavailable"
 )
 
 type headReq struct {
@@ -36,6 +38,10 @@ type headReq struct {
 type headResp struct {
 	Found  bool       `msgpack:"f"`
 	Header wal.Header `msgpack:"h"`
+}
+
+type holdsResp struct {
+	Holds bool `msgpack:"h"`
 }
 
 // readReq asks for entries lo <= seq < hi of a copy (at most Limit), with

@@ -171,6 +171,12 @@ func (r *replicator) replicate(cp wal.Copy) error {
 		if r.isStopped() {
 			return errReplicatorStopped
 		}
+		if r.c.hasLeft() {
+			// Gossip is shut down: the view that would drop a dead
+			// replica never comes, and retrying would hold the leave up
+			// forever. The entries were never acknowledged.
+			return fmt.Errorf("%w: cannot replicate after leaving: %v", ErrUnavailable, err)
+		}
 		r.c.log.Warn("replication delayed", "session", r.sid, "err", err)
 		select {
 		case <-r.c.ctx.Done():

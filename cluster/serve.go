@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -27,6 +28,12 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 			return nil, err
 		}
 		return headResp{Found: true, Header: h}, nil
+	case methodHolds:
+		var req headReq
+		if err := msgpack.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		return holdsResp{Holds: c.holds(req.SID)}, nil
 	case methodRead:
 		var req readReq
 		if err := msgpack.Unmarshal(body, &req); err != nil {
@@ -58,6 +65,18 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 		return snapshotResp{Snap: snap}, nil
 	}
 	return nil, fmt.Errorf("cluster: unknown method %q from %s", method, from)
+}
+
+// holds reports whether this node owns sid in its view or still runs
+// its actor (a move away not finished): then no other node may claim it.
+func (c *Cluster) holds(sid string) bool {
+	c.mu.RLock()
+	reg, left, owns := c.reg, c.left, c.place.Owner(sid) == c.cfg.Self.ID
+	c.mu.RUnlock()
+	if left {
+		return false
+	}
+	return owns || reg != nil && slices.Contains(reg.ActiveIDs(), sid)
 }
 
 func (c *Cluster) serveRead(req readReq) (readResp, error) {
@@ -130,6 +149,8 @@ func withActorCode(err error) error {
 		return WithCode(codeExists, err)
 	case errors.Is(err, actor.ErrClosed):
 		return WithCode(codeClosed, err)
+	case errors.Is(err, ErrUnavailable):
+		return WithCode(codeUnavailable, err)
 	}
 	return err
 }
@@ -150,7 +171,7 @@ func actorErr(code, msg string) error {
 		return actor.ErrTooManySessions
 	case codeExists:
 		return wal.ErrExists
-	case codeClosed:
+	case codeClosed, codeUnavailable:
 		return ErrUnavailable
 	}
 	return fmt.Errorf("cluster: the owner refused: %s", msg)

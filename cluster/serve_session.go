@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -69,6 +70,13 @@ func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, err
 	reg, err := c.registry()
 	if err != nil {
 		return nil, actor.ErrClosed
+	}
+	if !c.Owns(req.SID) {
+		// The gateway's view is not this node's (gossip is settling). An
+		// actor started here would be one no membership change moves
+		// away, and it would keep the owner from claiming the session:
+		// the gateway retries with the owner it finds next.
+		return nil, fmt.Errorf("%w: %s does not own %s", ErrUnavailable, c.cfg.Self.ID, req.SID)
 	}
 	if req.Reason != "" {
 		return reg.Create(c.ctx, actor.CreateRequest{SessionID: req.SID, UserID: req.User, Reason: req.Reason, Conn: conn})

@@ -1,0 +1,335 @@
+package node_test
+
+// In-process clusters for the cluster tests: real nodes (store, registry,
+// gateway, gossip, node link) on 127.0.0.1 with ephemeral ports and temp
+// dirs, each node's gossip behind a FaultyTransport so a test can cut it.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
+	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node"
+	"github.com/tether-dev/tether/wal"
+)
+
+var secret = []byte("cluster-test-secret")
+
+// waitFor bounds every wait on a condition: generous, the machine is
+// shared and the race detector is on.
+const waitFor = 30 * time.Second
+
+// quiet is the nodes' logger; TETHER_TEST_LOG=1 shows their logs,
+// TETHER_TEST_LOG=debug memberlist's too.
+var quiet = func() *slog.Logger {
+	switch os.Getenv("TETHER_TEST_LOG") {
+	case "":
+		return slog.New(slog.DiscardHandler)
+	case "debug":
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}()
+
+// opts shapes a test cluster.
+type opts struct {
+	replicas  int           // --replicas; default 2
+	toolDelay time.Duration // the demo engine with this search delay; 0: echo
+	forward   time.Duration // cluster.Config.ForwardFor; default 3s
+	timing    *cluster.Timing
+}
+
+// tnode is one in-process node.
+type tnode struct {
+	*node.Node
+	id     string
+	ft     *cluster.FaultyTransport
+	demo   *actor.Demo // nil with the echo engine
+	closed bool
+}
+
+// tcluster is a set of nodes started by one test; its cleanup closes them.
+type tcluster struct {
+	t     testing.TB
+	o     opts
+	mu    sync.Mutex
+	nodes []*tnode
+}
+
+// newCluster starts n nodes, n1 first and the others joining it, and
+// waits until every node sees all of them.
+func newCluster(t testing.TB, n int, o opts) *tcluster {
+	t.Helper()
+	if o.replicas == 0 {
+		o.replicas = 2
+	}
+	if o.forward == 0 {
+		o.forward = 3 * time.Second
+	}
+	c := &tcluster{t: t, o: o}
+	t.Cleanup(c.closeAll)
+	for range n {
+		c.add()
+	}
+	c.waitView(c.nodes...)
+	return c
+}
+
+// add starts one more node, joining the gossip of every live node, and
+// returns it without waiting for the cluster to see it.
+func (c *tcluster) add() *tnode {
+	c.t.Helper()
+	var seeds []string
+	for _, n := range c.live() {
+		seeds = append(seeds, n.Cluster.GossipAddr())
+	}
+	id := "n" + string(rune('1'+len(c.nodes)))
+	n, err := c.start(id, seeds, nil)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", id, err)
+	}
+	return n
+}
+
+// start starts a node joining seeds; tweak, if set, may change its
+// configuration before it starts.
+func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*tnode, error) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}})
+	if err != nil {
+		return nil, err
+	}
+	ft := cluster.NewFaultyTransport(nt)
+	timing := cluster.TestTiming()
+	if c.o.timing != nil {
+		timing = *c.o.timing
+	}
+	tn := &tnode{id: id, ft: ft}
+	var engine actor.Engine = actor.Echo{}
+	if c.o.toolDelay > 0 {
+		tn.demo = actor.NewDemo(actor.DemoConfig{SearchDelay: c.o.toolDelay})
+		engine = tn.demo
+	}
+	cfg := node.Config{
+		Dir: c.t.TempDir(), NodeID: id, Logger: quiet.With("node", id),
+		Actor:   actor.Config{Engine: engine, ReplayLimit: 1000, MaxTurns: 1000},
+		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
+		Cluster: &cluster.Config{
+			Gossip: "127.0.0.1:0", Seeds: seeds, Timing: timing, Replicas: c.o.replicas,
+			ForwardFor: c.o.forward, CallTimeout: 2 * time.Second, Transport: ft,
+		},
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	if cfg.Cluster.Transport != memberlist.Transport(ft) {
+		_ = ft.Shutdown() // the tweak chose another transport
+		tn.ft = nil
+	}
+	nd, err := node.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tn.Node = nd
+	c.mu.Lock()
+	c.nodes = append(c.nodes, tn)
+	c.mu.Unlock()
+	return tn, nil
+}
+
+func (c *tcluster) byID(id string) *tnode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %q", id)
+	return nil
+}
+
+// live are the nodes not closed by the test.
+func (c *tcluster) live() []*tnode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*tnode
+	for _, n := range c.nodes {
+		if !n.closed {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// stop closes a node gracefully (what SIGTERM does: leave, hand over).
+func (c *tcluster) stop(n *tnode) {
+	c.t.Helper()
+	c.mu.Lock()
+	n.closed = true
+	c.mu.Unlock()
+	if err := n.Close(); err != nil {
+		c.t.Errorf("close %s: %v", n.id, err)
+	}
+}
+
+func (c *tcluster) closeAll() {
+	var wg sync.WaitGroup
+	for _, n := range c.live() {
+		wg.Go(func() { _ = n.Close() })
+	}
+	wg.Wait()
+}
+
+func memberIDs(n *tnode) string {
+	var ids []string
+	for _, m := range n.Cluster.Members() {
+		ids = append(ids, m.ID+":"+m.State.String())
+	}
+	return strings.Join(ids, ",")
+}
+
+// waitView waits until each of nodes sees exactly nodes as alive members
+// and has placed sessions with that view.
+func (c *tcluster) waitView(nodes ...*tnode) {
+	c.t.Helper()
+	var want []string
+	for _, n := range nodes {
+		want = append(want, n.id+":alive")
+	}
+	slices.Sort(want)
+	w := strings.Join(want, ",")
+	eventually(c.t, "every node to see "+w, func() bool {
+		for _, n := range nodes {
+			if memberIDs(n) != w || n.Cluster.Stats().Members != len(nodes) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// owner is the node among nodes that owns sid in its own view.
+func owner(t testing.TB, sid string, nodes ...*tnode) *tnode {
+	t.Helper()
+	var found *tnode
+	for _, n := range nodes {
+		if n.Cluster.Owns(sid) {
+			if found != nil {
+				t.Fatalf("%s and %s both own %s", found.id, n.id, sid)
+			}
+			found = n
+		}
+	}
+	if found == nil {
+		t.Fatalf("no node owns %s", sid)
+	}
+	return found
+}
+
+// active lists the nodes among nodes whose registry has sid's actor.
+func active(sid string, nodes ...*tnode) []string {
+	var out []string
+	for _, n := range nodes {
+		if slices.Contains(n.Registry.ActiveIDs(), sid) {
+			out = append(out, n.id)
+		}
+	}
+	return out
+}
+
+// header reads a node's own copy of sid.
+func header(n *tnode, sid string) (wal.Header, bool) {
+	h, err := n.Log.Header(sid)
+	return h, err == nil
+}
+
+// sessionsIn counts the sessions a node's store holds (owned or copies).
+func sessionsIn(t testing.TB, n *tnode) map[string]wal.Header {
+	t.Helper()
+	out := map[string]wal.Header{}
+	err := n.Log.ScanHeaders(context.Background(), func(h wal.Header) error {
+		out[h.SessionID] = h
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func token(t testing.TB, user string) string {
+	t.Helper()
+	tok, err := gateway.Issue(secret, gateway.TokenSpec{User: user, TTL: 24 * time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// eventually polls cond until it holds, failing the test after waitFor.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an outcome
+	}
+}
+
+// get is an HTTP GET with an optional bearer token; it returns the status
+// and body.
+func get(t testing.TB, url, tok string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, body
+}
+
+// freeAddr returns a 127.0.0.1 address free for TCP and UDP right now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		if pc, err := net.ListenPacket("udp", addr); err == nil {
+			_ = pc.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free TCP+UDP port on 127.0.0.1")
+	return ""
+}

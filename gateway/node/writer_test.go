@@ -1,0 +1,309 @@
+package node_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// writer is a client that keeps one send in flight on its session, the
+// load of the membership-change tests. When its connection ends it
+// resumes at the last seq it saw through the node pick names, and sends
+// the unacked message again with the same id. It runs on its own
+// goroutine, so it reports with Errorf, never Fatal.
+type writer struct {
+	t    testing.TB
+	name string
+	tok  string
+	l    *ledger
+	pick func(attempt int) *tnode // the node of each (re)connection
+
+	mu       sync.Mutex
+	sid      string
+	last     uint64
+	acks     int
+	closes   []int    // close codes of the connections the server ended
+	through  []string // node of each attached connection
+	refused  []string // why the last attempts to resume failed
+	refusals int
+	stopped  bool
+	cur      *wsc // the connection being written on
+
+	kick chan struct{} // acks came: wake waiters
+	done chan struct{}
+}
+
+// startWriter creates a session through pick(0) and starts writing.
+func startWriter(t testing.TB, name string, pick func(int) *tnode) *writer {
+	t.Helper()
+	w := &writer{t: t, name: name, tok: token(t, name), l: newLedger(t), pick: pick, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	n := pick(0)
+	c := dial(t, n)
+	s := c.hello(w.tok, "", 0)
+	if s.Type != "session" {
+		t.Fatalf("%s: new session via %s: %s", name, n.id, s.raw)
+	}
+	w.sid = s.SessionID
+	w.through = append(w.through, n.id)
+	w.cur = c
+	t.Cleanup(w.stop) // before the nodes close (cleanups run last first)
+	go w.run(c)
+	return w
+}
+
+// joinWriter starts a writer on w's session (the same user and ledger),
+// attaching through pick(0): two clients write into one session.
+func (w *writer) joinWriter(name string, pick func(int) *tnode) *writer {
+	w.t.Helper()
+	w2 := &writer{t: w.t, name: name, tok: w.tok, l: w.l, sid: w.sid, pick: pick, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w.mu.Lock()
+	w2.last = w.last
+	w.mu.Unlock()
+	c := w2.reconnect(0)
+	if c == nil {
+		w.t.Fatalf("%s: could not attach to %s", name, w.sid)
+	}
+	w.t.Cleanup(w2.stop)
+	go w2.run(c)
+	return w2
+}
+
+func (w *writer) run(c *wsc) {
+	defer close(w.done)
+	next := 0
+	pending := ""
+	for attempt := 1; ; attempt++ {
+		if c != nil {
+			var code int
+			next, pending, code = w.write(c, next, pending)
+			w.mu.Lock()
+			stop := w.stopped
+			if code != 0 && !stop {
+				w.closes = append(w.closes, code)
+			}
+			w.mu.Unlock()
+			if stop {
+				return
+			}
+		}
+		c = w.reconnect(attempt)
+		if c == nil {
+			return
+		}
+	}
+}
+
+// reconnect resumes the session through the next node, trying until it
+// is attached or the writer is stopped (then nil).
+func (w *writer) reconnect(attempt int) *wsc {
+	for ; ; attempt++ {
+		w.mu.Lock()
+		stop, last := w.stopped, w.last
+		w.mu.Unlock()
+		if stop {
+			return nil
+		}
+		n := w.pick(attempt)
+		c, err := dialURL(w.t, n.URL())
+		if err == nil {
+			if err = w.hello(c, last); err == nil {
+				w.mu.Lock()
+				w.through = append(w.through, n.id)
+				w.cur = c
+				stop := w.stopped
+				w.mu.Unlock()
+				if stop {
+					c.drop()
+					return nil
+				}
+				return c
+			}
+			c.drop()
+		}
+		w.mu.Lock()
+		w.refusals++
+		w.refused = append(w.refused, err.Error())
+		if len(w.refused) > 3 {
+			w.refused = w.refused[1:] // the last few tell enough
+		}
+		w.mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // a client's backoff between attempts
+	}
+}
+
+// hello resumes on c and reads up to the history_batch.
+func (w *writer) hello(c *wsc, last uint64) error {
+	c.last = last
+	if err := c.write(map[string]any{"type": "hello", "token": w.tok, "session_id": w.sid, "last_seq": last}); err != nil {
+		return err
+	}
+	for {
+		f, err := w.frame(c)
+		if err != nil {
+			return err
+		}
+		switch {
+		case f.Type == "error":
+			return fmt.Errorf("%s: %s", f.Code, f.Message) // unavailable: retry elsewhere
+		case f.Type == "session" && !f.Resumed:
+			w.t.Errorf("%s: session %s not resumed: %s", w.name, w.sid, f.raw)
+			return errors.New("not resumed")
+		case f.Type == "history_batch":
+			c.follow(w.l)(f)
+			w.setLast(c.last)
+			return nil
+		}
+	}
+}
+
+// frame reads one frame (a slow server is a failure after waitFor).
+func (w *writer) frame(c *wsc) (frame, error) {
+	select {
+	case f, ok := <-c.frames:
+		if !ok {
+			return frame{}, c.err
+		}
+		return f, nil
+	case <-time.After(waitFor):
+		return frame{}, errors.New("no frame in time")
+	}
+}
+
+// write sends until the connection ends or the writer is stopped; it
+// returns the next message number, the id still unacked and the close
+// code (0 when the writer closed it).
+func (w *writer) write(c *wsc, next int, pending string) (int, string, int) {
+	follow := c.follow(w.l)
+	for {
+		if pending == "" {
+			if w.isStopped() {
+				c.drop()
+				return next, "", 0
+			}
+			pending = fmt.Sprintf("%s-%d", w.name, next)
+			next++
+			time.Sleep(pace) // a person typing, not a flood
+		}
+		if err := c.write(sendFrame(pending, "message "+pending)); err != nil {
+			return next, pending, w.closed(c)
+		}
+		for acked := false; !acked; {
+			f, err := w.frame(c)
+			if err != nil {
+				return next, pending, w.closed(c)
+			}
+			follow(f)
+			w.setLast(c.last)
+			if f.Type == "ack" && f.ID == pending {
+				acked, pending = true, ""
+				w.mu.Lock()
+				w.acks++
+				w.mu.Unlock()
+				select {
+				case w.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// closed waits for c's end and returns the server's close code (-1: none).
+// A connection still open (the server stopped answering) is dropped.
+func (w *writer) closed(c *wsc) int {
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
+		w.t.Logf("%s (session %s, after seq %d): no answer in %v on %s; dropping the connection", w.name, w.sid, c.last, waitFor, c.url)
+		c.drop()
+	}
+	for range c.frames {
+	}
+	var ce *websocket.CloseError
+	if errors.As(c.err, &ce) {
+		return ce.Code
+	}
+	return -1
+}
+
+func (w *writer) setLast(s uint64) {
+	w.mu.Lock()
+	w.last = max(w.last, s)
+	w.mu.Unlock()
+}
+
+func (w *writer) isStopped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopped
+}
+
+func (w *writer) ackCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acks
+}
+
+// waitAcks waits until the writer has n acks in all.
+func (w *writer) waitAcks(n int) {
+	w.t.Helper()
+	deadline := time.After(waitFor)
+	for w.ackCount() < n {
+		select {
+		case <-w.kick:
+		case <-w.done:
+			w.t.Fatalf("%s stopped at %d acks, waiting for %d", w.name, w.ackCount(), n)
+		case <-deadline:
+			w.mu.Lock()
+			msg := fmt.Sprintf("%s (session %s): %d acks after %v, want %d (closes %v, through %v, %d resumes refused, the last: %v)",
+				w.name, w.sid, w.acks, waitFor, n, w.closes, w.through, w.refusals, w.refused)
+			w.mu.Unlock()
+			w.t.Fatal(msg)
+		}
+	}
+}
+
+// reconnectNow drops the writer's connection: it resumes through the
+// next node.
+func (w *writer) reconnectNow() {
+	w.mu.Lock()
+	c := w.cur
+	w.mu.Unlock()
+	if c != nil {
+		_ = c.ws.NetConn().Close()
+	}
+}
+
+// pace is the pause between a writer's ack and its next send.
+const pace = 10 * time.Millisecond
+
+// stop ends the writer (its send in flight may or may not be acked).
+// Safe to call twice.
+func (w *writer) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	c := w.cur
+	w.mu.Unlock()
+	if c != nil {
+		_ = c.ws.NetConn().Close()
+	}
+	<-w.done
+}
+
+// via is the node the writer's connection i was attached through.
+func (w *writer) via(i int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.through[i]
+}
+
+// closeCodes returns the close codes the server sent this writer.
+func (w *writer) closeCodes() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int(nil), w.closes...)
+}
