@@ -21,7 +21,7 @@ func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 	b, err := New(Config{
 		Local: 3, ServerBin: serverBin(t), DataDir: filepath.Join(dir, "nodes"),
 		ServerArgs: []string{"--gossip-timing=test", "--replicas=2"},
-		Sessions: 40, Ramp: 2 * time.Second, Duration: 20 * time.Second, Rate: 1,
+		Sessions:   40, Ramp: 2 * time.Second, Duration: 20 * time.Second, Rate: 1,
 		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
 		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond, KillEvery: 8 * time.Second, Down: time.Second,
 		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,

@@ -70,7 +70,7 @@ func measureSessions(b *testing.B) (float64, float64) {
 
 // connectIdle opens n sessions, each with one exchange, and leaves them
 // connected and idle.
-func connectIdle(b *testing.B, url, tok string, n int) []*websocket.Conn {
+func connectIdle(b testing.TB, url, tok string, n int) []*websocket.Conn {
 	b.Helper()
 	conns := make([]*websocket.Conn, 0, n)
 	for range n {

@@ -47,7 +47,8 @@ type conn struct {
 	lastDelta *actor.DeltaOut
 	writers   sync.WaitGroup
 
-	// Reader-owned.
+	// Reader-owned. taken counts the messages read from gorilla (idle.go).
+	taken  uint64
 	sess   Session
 	sid    string
 	userID string
@@ -63,6 +64,9 @@ var _ actor.Conn = (*conn)(nil)
 func newConn(s *Server, ws *websocket.Conn) *conn {
 	c := &conn{srv: s, ws: ws, opened: time.Now()}
 	c.cork, _ = ws.NetConn().(*corkConn)
+	if c.cork != nil {
+		c.cork.frames.start() // the upgrade is done: what follows are frames
+	}
 	if s.cfg.Rate > 0 {
 		c.limiter = rate.NewLimiter(rate.Limit(s.cfg.Rate), 2*int(s.cfg.Rate))
 	}

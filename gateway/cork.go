@@ -33,6 +33,16 @@ type corkConn struct {
 	buf    []byte
 	// writes counts the writes that reached the socket (tests).
 	writes int
+	// frames follows what gorilla reads (idle.go); reader goroutine only.
+	frames frameTracker
+}
+
+// Read feeds what gorilla's reader takes from the socket to the frame
+// tracker.
+func (c *corkConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.frames.feed(p[:n])
+	return n, err
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {

@@ -14,7 +14,7 @@ import (
 
 // hello handles the first frame; it reports whether a session is attached.
 func (c *conn) hello() bool {
-	f, bad, ok := c.read(c.ws.ReadMessage())
+	f, bad, ok := c.read(c.readMessage())
 	if !ok {
 		return false
 	}

@@ -39,18 +39,35 @@ func (c *conn) serve() {
 	go c.readLoop()
 }
 
-// readLoop reads frames after the hello until the connection ends. It
-// only reads; handling a frame happens in calls that have returned before
-// the next read, so an idle connection's goroutine holds a shallow stack,
-// which the runtime shrinks.
+// readLoop reads frames after the hello until the connection ends. An
+// idle connection is mostly this goroutine's stack, and handling a frame
+// grows it (decoding, the actor's mailbox) to a size the runtime never
+// shrinks back to its minimum. So whenever the client has nothing more
+// buffered, the loop hands over to a fresh goroutine, which waits for the
+// next frame on a small stack (waitIdle, idle.go). A goroutine is cheap
+// next to handling a frame.
 func (c *conn) readLoop() {
+	c.waitIdle()
 	for {
-		mt, data, err := c.ws.ReadMessage()
+		mt, data, err := c.readMessage()
 		if !c.next(mt, data, err) {
 			break
 		}
+		if c.idle() {
+			go c.readLoop()
+			return
+		}
 	}
 	c.finish()
+}
+
+// readMessage reads the next message from gorilla, counting it.
+func (c *conn) readMessage() (int, []byte, error) {
+	mt, data, err := c.ws.ReadMessage()
+	if err == nil {
+		c.taken++
+	}
+	return mt, data, err
 }
 
 // finish waits out the close handshake and cleans up.

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"io"
+)
+
+// An idle connection's only cost is its reader goroutine, and most of
+// that is the goroutine's stack. Blocked inside gorilla's reader (frame
+// parsing, bufio, the net package) the stack stays at 4 KiB; blocked one
+// call below the read loop it fits in 2 KiB, which the runtime shrinks it
+// to. So between messages the read loop waits for the socket to become
+// readable itself (waitIdle), and only then calls into gorilla.
+//
+// That is safe only when gorilla's buffered reader holds nothing unread:
+// otherwise a frame already buffered would wait for more bytes that may
+// never come. gorilla does not say what it buffers, so the connection
+// follows the frame boundaries in the bytes it hands to gorilla
+// (frameTracker) and the read loop counts the messages it took: when every
+// byte handed over belongs to a complete message that was taken, the
+// buffer is empty.
+//
+// The server's heartbeat is a WebSocket ping; a client that answers it
+// with a lone pong would wake the loop and send it into gorilla to wait
+// for the next message with a deep stack. waitIdle reads such a pong off
+// the socket itself instead, and notes the client alive.
+
+// frameTracker follows the client's frames in the bytes gorilla reads. It
+// is used only by the connection's reader goroutine.
+type frameTracker struct {
+	on       bool // off until the upgrade: net/http reads the request first
+	hdr      [14]byte
+	hdrN     int    // header bytes of the frame in progress
+	left     uint64 // payload bytes of the frame in progress still to come
+	fin      bool
+	op       byte
+	messages uint64 // data messages whose final frame was handed over
+	// clean: the bytes handed over end exactly with a message's final
+	// frame (nothing partial, no control frame after it).
+	clean bool
+}
+
+// start begins tracking, right after the upgrade, when nothing is buffered.
+func (t *frameTracker) start() { t.on, t.clean = true, true }
+
+// drained reports whether gorilla holds nothing unread, given how many
+// messages the reader has taken from it.
+func (t *frameTracker) drained(taken uint64) bool {
+	return t.on && t.clean && t.messages == taken
+}
+
+func (t *frameTracker) feed(p []byte) {
+	if !t.on {
+		return
+	}
+	for len(p) > 0 {
+		if t.hdrN == 0 && t.left > 0 { // in a payload
+			n := uint64(len(p))
+			if n > t.left {
+				n = t.left
+			}
+			t.left -= n
+			p = p[n:]
+			if t.left == 0 {
+				t.frameDone()
+			}
+			continue
+		}
+		t.clean = false
+		t.hdr[t.hdrN] = p[0]
+		t.hdrN++
+		p = p[1:]
+		if n, ok := headerLen(t.hdr[:t.hdrN]); ok && n == t.hdrN {
+			t.fin, t.op = t.hdr[0]&0x80 != 0, t.hdr[0]&0x0f
+			t.left = payloadLen(t.hdr[:t.hdrN])
+			t.hdrN = 0
+			if t.left == 0 {
+				t.frameDone()
+			}
+		}
+	}
+}
+
+func (t *frameTracker) frameDone() {
+	// Opcodes 0-2 are data (continuation, text, binary); 8 and up control.
+	if t.op <= 2 && t.fin {
+		t.messages++
+		t.clean = true
+	}
+}
+
+// headerLen is the length of the frame header that begins with h, once h
+// holds its first two bytes.
+func headerLen(h []byte) (int, bool) {
+	if len(h) < 2 {
+		return 0, false
+	}
+	n := 2
+	switch h[1] & 0x7f {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if h[1]&0x80 != 0 { // masked
+		n += 4
+	}
+	return n, true
+}
+
+// payloadLen reads the payload length from a complete header.
+func payloadLen(h []byte) uint64 {
+	switch l := h[1] & 0x7f; l {
+	case 126:
+		return uint64(binary.BigEndian.Uint16(h[2:4]))
+	case 127:
+		return binary.BigEndian.Uint64(h[2:10])
+	default:
+		return uint64(l)
+	}
+}
+
+// maxPong is the longest pong frame a client sends: a two-byte header,
+// the mask and at most 125 bytes of payload.
+const maxPong = 2 + 4 + 125
+
+// lonePong returns the length of the masked pong frame that p begins
+// with, if p holds all of it.
+func lonePong(p []byte) (int, bool) {
+	if len(p) < 2 || p[0] != 0x8a || p[1]&0x80 == 0 {
+		return 0, false
+	}
+	n := 6 + int(p[1]&0x7f)
+	if p[1]&0x7f > 125 || len(p) < n {
+		return 0, false
+	}
+	return n, true
+}
+
+// idle reports whether gorilla holds nothing unread, so the next read
+// would wait for the client.
+func (c *conn) idle() bool {
+	return c.cork != nil && c.cork.frames.drained(c.taken)
+}
+
+// waitIdle returns when the client has sent something for gorilla to
+// read, or at once when gorilla may hold something unread or the socket
+// cannot be waited on this way. Any error is left for the read that
+// follows to report.
+func (c *conn) waitIdle() {
+	if !c.idle() {
+		return
+	}
+	cc := c.cork
+	for {
+		peek, err := cc.waitReadable()
+		if err != nil {
+			return
+		}
+		n, ok := lonePong(peek)
+		if !ok {
+			return
+		}
+		// The pong is whole in the socket: take it, so gorilla never sees it.
+		if _, err := io.ReadFull(cc.Conn, make([]byte, n)); err != nil {
+			return
+		}
+		c.heard()
+	}
+}

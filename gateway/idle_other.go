@@ -1,0 +1,10 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd)
+
+package gateway
+
+import "errors"
+
+// waitReadable is not available here: the read loop waits inside gorilla.
+func (c *corkConn) waitReadable() ([]byte, error) {
+	return nil, errors.New("gateway: waiting for a readable socket is not supported on this platform")
+}

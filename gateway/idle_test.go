@@ -1,0 +1,130 @@
+package gateway_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/gateway"
+)
+
+// clientFrame builds a masked client text frame (mask of zero bytes).
+func clientFrame(payload string) []byte {
+	h := []byte{0x81, 0x80 | 126, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint16(h[2:4], uint16(len(payload)))
+	return append(h, payload...)
+}
+
+// TestFramesInOneSegment: frames that reach the server in one TCP write,
+// or a frame cut across two writes, are all read and answered — the
+// reader never waits on the socket while its buffer holds a frame.
+func TestFramesInOneSegment(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOpts{})
+	c := dial(t, n.URL)
+	checkSession(t, c.hello(token(t, "alice"), "", 0), false, "new", 0, 300)
+	raw := c.ws.UnderlyingConn()
+	var burst []byte
+	for i := range 3 {
+		burst = append(burst, clientFrame(fmt.Sprintf(`{"type":"send","id":"b%d","content":"burst %d"}`, i, i))...)
+	}
+	if _, err := raw.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		seq := c.ackOf(fmt.Sprintf("b%d", i))
+		c.message(seq, "user")
+		c.message(seq+1, "agent")
+	}
+	split := clientFrame(`{"type":"send","id":"s1","content":"cut in two"}`)
+	for _, part := range [][]byte{split[:5], split[5:]} {
+		if _, err := raw.Write(part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := c.ackOf("s1")
+	c.message(seq, "user")
+	c.message(seq+1, "agent")
+	// A client's WebSocket ping wakes the reader and is answered.
+	pong := make(chan string, 1)
+	c.ws.SetPongHandler(func(s string) error { pong <- s; return nil })
+	if err := c.ws.WriteControl(websocket.PingMessage, []byte("are you there"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.sendMsg("after-ping", "still here") // the pong handler runs inside a read
+	c.ackOf("after-ping")
+	select {
+	case s := <-pong:
+		if s != "are you there" {
+			t.Fatalf("pong %q", s)
+		}
+	default:
+		t.Fatal("no pong before the ack of a later send")
+	}
+}
+
+// TestIdleReadersWaitOnASmallStack: once a connection has nothing more to
+// read, its reader waits for the socket in waitIdle, not inside gorilla's
+// frame reader; a pong answering the server's heartbeat keeps it there.
+// (A reader blocked inside gorilla holds a 4 KiB stack for as long as the
+// connection is idle; BenchmarkSessionMemory in bench/ measures it.) Not
+// parallel: it counts the test binary's goroutines.
+func TestIdleReadersWaitOnASmallStack(t *testing.T) {
+	n := startNode(t, nodeOpts{gateway: gateway.Config{PingInterval: 20 * time.Millisecond, PongWait: time.Minute}})
+	tok := token(t, "alice")
+	const conns = 3
+	var pongs atomic.Int32
+	for i := range conns {
+		c := dial(t, n.URL)
+		checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
+		c.chat(fmt.Sprint("m", i), "hello")
+		c.ws.SetPingHandler(func(data string) error {
+			pongs.Add(1)
+			return c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		})
+		go func() { // reads only to answer pings
+			for {
+				if _, _, err := c.ws.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	eventually(t, "pings answered", func() bool { return pongs.Load() >= 5*conns })
+	eventually(t, "every reader waiting in waitIdle", func() bool {
+		idle, deep := readerStacks()
+		return idle == conns && deep == 0
+	})
+}
+
+// readerStacks counts the gateway's reader goroutines waiting in waitIdle
+// and those blocked inside gorilla's reader.
+func readerStacks() (idle, deep int) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "gateway.(*conn).readLoop") {
+			continue
+		}
+		switch {
+		case strings.Contains(g, "gateway.(*conn).waitIdle"):
+			idle++
+		case strings.Contains(g, "websocket.(*Conn).NextReader"):
+			deep++
+		}
+	}
+	return idle, deep
+}
