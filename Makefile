@@ -61,6 +61,7 @@ bench-micro:
 ## fuzz: a short run of each fuzz target
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/
 	$(GO) test -run '^$$' -fuzz FuzzClientFrame -fuzztime 30s ./gateway/
 
 vet:

@@ -177,11 +177,8 @@ func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 // DecodeEntry decodes one stored entry. It is exported for the fuzz target
 // and for tools that read a log; it never panics on bad input.
 func DecodeEntry(b []byte) (Entry, error) {
-	var e Entry
-	if err := checkMsgpack(b); err != nil {
-		return Entry{}, err
-	}
-	if err := msgpack.Unmarshal(b, &e); err != nil {
+	e, err := decodeEntry(b)
+	if err != nil {
 		return Entry{}, err
 	}
 	if e.Seq == 0 {

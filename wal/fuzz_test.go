@@ -2,20 +2,28 @@ package wal
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
-func FuzzDecodeEntry(f *testing.F) {
-	seeds := []Entry{
+func fuzzEntrySeeds() []Entry {
+	return []Entry{
 		{Seq: 1, Role: "user", Content: "hello"},
 		{Seq: 2, Role: "assistant", Content: "Hi! How can I help?", Time: 1.7e9 + 0.25, Epoch: 3},
 		{Seq: 3, Role: "tool", Content: "", Time: -1, Metadata: map[string]any{"call_id": "c1", "status": "started", "n": 3, "args": map[string]any{"q": []any{"a", 1.5, true, nil}}}},
 		{Seq: 1<<64 - 1, Role: "\x00\xff", Content: string(make([]byte, 300))},
 		{Seq: 4, Role: "user", Metadata: map[string]any{"deep": nest(MaxValueDepth, true, "x")}},
+		{Seq: 5, Role: "agent", Metadata: map[string]any{"reply_to": uint64(4), "i": -3, "big": int64(-1 << 40), "u8": uint8(200), "f32": float32(1.5), "s": strings.Repeat("é", 100), "empty": map[string]any{}, "list": []any{}}},
 	}
-	for _, e := range seeds {
+}
+
+func FuzzDecodeEntry(f *testing.F) {
+	for _, e := range fuzzEntrySeeds() {
 		b, err := EncodeEntry(e)
 		if err != nil {
 			f.Fatal(err)
@@ -138,4 +146,74 @@ func FuzzValueRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzFastDecodeMatches: the fast entry decoder gives what the msgpack
+// decoder gives, or leaves the input to it.
+func FuzzFastDecodeMatches(f *testing.F) {
+	for _, e := range fuzzEntrySeeds() {
+		b, err := EncodeEntry(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if checkMsgpack(data) != nil {
+			return
+		}
+		fast, err := decodeEntryFast(data)
+		if err != nil {
+			if !errors.Is(err, errSlowPath) {
+				t.Fatalf("fast decoder: %v", err)
+			}
+			return
+		}
+		var slow Entry
+		if err := msgpack.Unmarshal(data, &slow); err != nil {
+			t.Fatalf("fast decoder read %x, msgpack fails: %v", data, err)
+		}
+		fast.Metadata, _ = withoutNaN(fast.Metadata).(map[string]any)
+		slow.Metadata, _ = withoutNaN(slow.Metadata).(map[string]any)
+		if fast.Time != fast.Time && slow.Time != slow.Time {
+			fast.Time, slow.Time = 0, 0
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast %#v\nslow %#v", fast, slow)
+		}
+	})
+}
+
+// withoutNaN replaces NaNs (never equal to themselves) with a marker, so
+// values can be compared with reflect.DeepEqual.
+func withoutNaN(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x != x {
+			return "NaN64"
+		}
+	case float32:
+		if x != x {
+			return "NaN32"
+		}
+	case map[string]any:
+		if x == nil {
+			return x
+		}
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = withoutNaN(e)
+		}
+		return m
+	case []any:
+		if x == nil {
+			return x
+		}
+		s := make([]any, len(x))
+		for i, e := range x {
+			s[i] = withoutNaN(e)
+		}
+		return s
+	}
+	return v
 }
