@@ -212,6 +212,10 @@ func (s *Session) fail(err error) {
 // appendBatch emits an append of entries (and sends) with the header and
 // state as they are now, and the context if it changed.
 func (s *Session) appendBatch(entries []wal.Entry, sends []wal.Send, lazy bool) {
+	// A lazy batch that carries nothing but the header's status and times
+	// needs no fsync of its own: a crash that loses it leaves the session
+	// interrupted, which a client resumes the same way.
+	noSync := lazy && len(entries) == 0 && len(sends) == 0 && !s.stateDirty && !s.contextDirty
 	if s.stateDirty {
 		b, err := encodeState(s.st)
 		if err != nil {
@@ -221,7 +225,7 @@ func (s *Session) appendBatch(entries []wal.Entry, sends []wal.Send, lazy bool) 
 		s.stateBytes, s.stateDirty = b, false
 	}
 	s.hdr.State = s.stateBytes
-	b := wal.Batch{SessionID: s.hdr.SessionID, Epoch: s.hdr.Epoch, Entries: entries, Sends: sends, Header: s.hdr}
+	b := wal.Batch{SessionID: s.hdr.SessionID, Epoch: s.hdr.Epoch, Entries: entries, Sends: sends, Header: s.hdr, NoSync: noSync}
 	if s.contextDirty {
 		c, err := encodeContexts(s.ctx)
 		if err != nil {

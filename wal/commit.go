@@ -28,6 +28,12 @@ type Batch struct {
 	Header Header
 	// Context, when non-nil, replaces the stored context.
 	Context []byte
+	// NoSync marks a batch a crash may lose without harm (a header-only
+	// status change on attach or detach): it gets no fsync of its own.
+	// It is written to Pebble's log in order, so any later fsynced write
+	// (and a clean Close) makes it durable too, and its done is still
+	// called in order with the others, once it is applied.
+	NoSync bool
 }
 
 type reqKind int
@@ -232,7 +238,7 @@ func (l *Log) failQueued() {
 func (l *Log) commitGroup(group []*request) {
 	b := l.db.NewIndexedBatch()
 	staged := make(map[string]*claim)
-	entries := 0
+	entries, needSync := 0, false
 	broken := l.broken.Load()
 	for _, r := range group {
 		if broken != nil {
@@ -243,6 +249,9 @@ func (l *Log) commitGroup(group []*request) {
 		if r.err == nil && r.kind == reqAppend {
 			entries += len(r.batch.Entries)
 		}
+		if r.err == nil && (r.kind != reqAppend || !r.batch.NoSync) {
+			needSync = true
+		}
 		if r.err != nil && r.kind == reqAppend {
 			// Fail-stop: later appends of this claim in flight must not
 			// land after one that did not. A newer claim is not touched.
@@ -251,8 +260,12 @@ func (l *Log) commitGroup(group []*request) {
 			}
 		}
 	}
-	p := synced{group: append([]*request(nil), group...), b: b, entries: entries, empty: b.Empty()}
-	if !p.empty {
+	p := synced{group: append([]*request(nil), group...), b: b, entries: entries, empty: b.Empty(), noSync: !needSync}
+	switch {
+	case p.empty:
+	case p.noSync:
+		p.err = l.db.Apply(b, pebble.NoSync)
+	default:
 		p.err = l.db.ApplyNoSyncWait(b, pebble.Sync)
 	}
 	if p.err == nil {
@@ -274,12 +287,13 @@ func (l *Log) commitGroup(group []*request) {
 }
 
 // synced is a group whose batch Pebble took; the sync loop waits for its
-// fsync and answers its requests, in order.
+// fsync (unless it needs none) and answers its requests, in order.
 type synced struct {
 	group   []*request
 	b       *pebble.Batch
 	entries int
 	empty   bool
+	noSync  bool // only NoSync appends: applied without an fsync
 	err     error
 }
 
@@ -287,7 +301,7 @@ func (l *Log) syncLoop() {
 	defer l.done.Done()
 	for p := range l.syncs {
 		err := p.err
-		if err == nil && !p.empty {
+		if err == nil && !p.empty && !p.noSync {
 			if err = p.b.SyncWait(); err == nil {
 				l.stats.syncs.Add(1)
 			}
