@@ -23,7 +23,9 @@
 // requests waiting at that moment into one Pebble batch and one fsync
 // (group commit). Appends may be queued without waiting (AppendAsync);
 // a session's appends complete in order, and one that fails fails every
-// later one of that claim (fail-stop). The committer is also the one place
+// later one of that claim (fail-stop). A batch marked NoSync (a status
+// change a crash may lose) joins no fsync of its own; the next synced
+// write makes it durable. The committer is also the one place
 // that checks the writer fence: a session is claimed with an owner epoch,
 // and an append carrying another epoch, or a seq that does not follow the
 // last one, is refused.
