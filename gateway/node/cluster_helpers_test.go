@@ -50,6 +50,8 @@ type opts struct {
 	toolDelay time.Duration // the demo engine with this search delay; 0: echo
 	forward   time.Duration // cluster.Config.ForwardFor; default 3s
 	timing    *cluster.Timing
+	engine    actor.Engine // every node's engine, when set (overrides toolDelay)
+	flush     time.Duration
 }
 
 // tnode is one in-process node.
@@ -118,13 +120,16 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 	}
 	tn := &tnode{id: id, ft: ft}
 	var engine actor.Engine = actor.Echo{}
-	if c.o.toolDelay > 0 {
+	switch {
+	case c.o.engine != nil:
+		engine = c.o.engine
+	case c.o.toolDelay > 0:
 		tn.demo = actor.NewDemo(actor.DemoConfig{SearchDelay: c.o.toolDelay})
 		engine = tn.demo
 	}
 	cfg := node.Config{
 		Dir: c.t.TempDir(), NodeID: id, Logger: quiet.With("node", id),
-		Actor:   actor.Config{Engine: engine, ReplayLimit: 1000, MaxTurns: 1000},
+		Actor:   actor.Config{Engine: engine, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush},
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{
 			Gossip: "127.0.0.1:0", Seeds: seeds, Timing: timing, Replicas: c.o.replicas,

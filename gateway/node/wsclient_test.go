@@ -31,6 +31,9 @@ type frame struct {
 	Omitted   uint64         `json:"omitted"`
 	Code      string         `json:"code"`
 	Message   string         `json:"message"`
+	Part      int            `json:"part"`
+	From      *int           `json:"from"`
+	Text      string         `json:"text"`
 	raw       string
 }
 
