@@ -57,6 +57,13 @@ type Config struct {
 	// MaxPulls caps the activations fetching a log from another node at
 	// once. Default 8.
 	MaxPulls int
+	// EncodeFrame, when set, is how this node's gateway encodes a frame
+	// for its clients. The owner of a session then encodes its history
+	// batches — the big frames — for clients attached through another
+	// node's gateway, which passes them on as they are (FrameConn),
+	// instead of the batch crossing the link as msgpack to be decoded and
+	// encoded again there.
+	EncodeFrame func(actor.Out) ([]byte, error)
 	// Transport replaces memberlist's network transport (tests cut gossip
 	// with a FaultyTransport).
 	Transport memberlist.Transport
@@ -97,6 +104,7 @@ type Stats struct {
 	Moved       uint64 // actors stopped because the session's owner changed
 	CatchUps    uint64 // replicas brought up to date
 	Unavailable uint64 // opens answered unavailable
+	Frames      uint64 // history batches encoded here for another node's client
 }
 
 // Cluster is a node's part in the cluster: membership, placement, the
@@ -123,7 +131,7 @@ type Cluster struct {
 	left  bool
 
 	stats struct {
-		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable atomic.Uint64
+		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames atomic.Uint64
 	}
 	closeOnce sync.Once
 }
@@ -212,7 +220,7 @@ func (c *Cluster) Stats() Stats {
 	return Stats{
 		Members: n, Pulls: s.pulls.Load(), Forwarded: s.forwarded.Load(), Served: s.served.Load(),
 		Replicated: s.replicated.Load(), Fenced: s.fenced.Load(), Moved: s.moved.Load(),
-		CatchUps: s.catchUps.Load(), Unavailable: s.unavailable.Load(),
+		CatchUps: s.catchUps.Load(), Unavailable: s.unavailable.Load(), Frames: s.frames.Load(),
 	}
 }
 

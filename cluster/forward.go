@@ -150,6 +150,7 @@ func (c *Cluster) open(ctx context.Context, sid string, conn actor.Conn, req ses
 // openRemote opens a session stream to the owner and waits for its answer
 // to the hello.
 func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn, req sessionReq) (Session, error) {
+	_, req.Frames = conn.(FrameConn)
 	s, err := c.link.Open(ctx, owner.LinkAddr, methodSession, req)
 	if err != nil {
 		return nil, err
@@ -176,6 +177,14 @@ func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn,
 	c.wg.Add(1)
 	go r.read()
 	return r, nil
+}
+
+// FrameConn is a client connection that also takes frames already encoded
+// for it (by the session's owner, with Config.EncodeFrame): it queues
+// them as they are.
+type FrameConn interface {
+	actor.Conn
+	DeliverFrame(frame []byte)
 }
 
 // remote is a session whose owner is another node: the client's frames go
@@ -240,6 +249,12 @@ func (r *remote) read() {
 		if m.Close != nil {
 			told = true
 			r.conn.Close(m.Close.Why, m.Close.Msg)
+			continue
+		}
+		if len(m.Frame) > 0 {
+			if fc, ok := r.conn.(FrameConn); ok { // it is: the open said so
+				fc.DeliverFrame(m.Frame)
+			}
 			continue
 		}
 		if o := m.out(); o != nil {

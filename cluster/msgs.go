@@ -79,6 +79,9 @@ type sessionReq struct {
 	AuthTime time.Time         `msgpack:"a"`
 	Stream   *actor.StreamMark `msgpack:"m,omitempty"`
 	Reason   string            `msgpack:"r,omitempty"`
+	// Frames: the client's gateway takes frames encoded by the owner
+	// (outMsg.Frame).
+	Frames bool `msgpack:"f,omitempty"`
 }
 
 // sessionResult is the first value on a session stream from the owner:
@@ -101,6 +104,9 @@ type outMsg struct {
 	Error     *actor.ErrorOut     `msgpack:"r,omitempty"`
 	Delta     *actor.DeltaOut     `msgpack:"t,omitempty"`
 	Close     *closeMsg           `msgpack:"c,omitempty"`
+	// Frame is a frame the owner encoded for the client (a history
+	// batch), sent only when the session was opened with Frames.
+	Frame []byte `msgpack:"f,omitempty"`
 }
 
 type closeMsg struct {

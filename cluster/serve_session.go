@@ -30,6 +30,9 @@ func (c *Cluster) accept(from, method string, body msgpack.RawMessage, s *Stream
 		return
 	}
 	sc := &streamConn{c: c, s: s}
+	if req.Frames {
+		sc.encode = c.cfg.EncodeFrame
+	}
 	h, err := c.openLocal(req, sc)
 	if err != nil {
 		code := ErrorCode(withActorCode(err))
@@ -108,6 +111,8 @@ func (c *Cluster) apply(h *actor.Handle, op opMsg) error {
 type streamConn struct {
 	c *Cluster
 	s *Stream
+	// encode, when set, encodes history batches for the client here.
+	encode func(actor.Out) ([]byte, error)
 
 	mu      sync.Mutex
 	queue   []outMsg
@@ -118,7 +123,18 @@ type streamConn struct {
 
 var _ actor.Conn = (*streamConn)(nil)
 
-func (sc *streamConn) Deliver(o actor.Out) { sc.push(outOf(o)) }
+func (sc *streamConn) Deliver(o actor.Out) {
+	if b, ok := o.(*actor.BatchOut); ok && sc.encode != nil {
+		if f, err := sc.encode(b); err == nil {
+			sc.c.stats.frames.Add(1)
+			sc.push(outMsg{Frame: f})
+			return
+		}
+		// Not encodable here: it goes as msgpack, and the client's
+		// gateway reports what it cannot encode either.
+	}
+	sc.push(outOf(o))
+}
 
 func (sc *streamConn) Close(why actor.CloseReason, msg string) {
 	sc.push(outMsg{Close: &closeMsg{Why: why, Msg: msg}})

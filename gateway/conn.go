@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -59,7 +60,10 @@ type closeReq struct {
 	reason string
 }
 
-var _ actor.Conn = (*conn)(nil)
+var (
+	_ actor.Conn        = (*conn)(nil)
+	_ cluster.FrameConn = (*conn)(nil)
+)
 
 func newConn(s *Server, ws *websocket.Conn) *conn {
 	c := &conn{srv: s, ws: ws, opened: time.Now()}
@@ -93,8 +97,8 @@ func (c *conn) Deliver(o actor.Out) {
 	c.enqueue(b, d)
 }
 
-// deliverRaw queues an encoded frame.
-func (c *conn) deliverRaw(b []byte) { c.enqueue(b, nil) }
+// DeliverFrame queues a frame already encoded (cluster.FrameConn's).
+func (c *conn) DeliverFrame(b []byte) { c.enqueue(b, nil) }
 
 // mergeDelta merges d into the queued delta it continues, if the newest
 // queued frame is one.

@@ -106,7 +106,7 @@ func (c *conn) next(mt int, data []byte, rerr error) bool {
 	c.heard()
 	if f.Type == wire.TypePing {
 		b, _ := json.Marshal(wire.Pong{Type: wire.TypePong, ID: f.ID})
-		c.deliverRaw(b)
+		c.DeliverFrame(b)
 		return true
 	}
 	// Every other frame counts against the connection's rate: each one

@@ -93,5 +93,6 @@ func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
 		counter("tether_cluster_moved_total", "Session actors stopped because their owner changed.", func(s cluster.Stats) uint64 { return s.Moved }),
 		counter("tether_cluster_catchups_total", "Replicas brought up to date.", func(s cluster.Stats) uint64 { return s.CatchUps }),
 		counter("tether_cluster_unavailable_total", "Opens answered unavailable: the owner could not be reached.", func(s cluster.Stats) uint64 { return s.Unavailable }),
+		counter("tether_cluster_frames_total", "History batches this node encoded for clients attached through other nodes.", func(s cluster.Stats) uint64 { return s.Frames }),
 	)
 }

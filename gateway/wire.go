@@ -37,6 +37,11 @@ func nonNil(m map[string]any) map[string]any {
 }
 
 // encodeOut turns what an actor says into the bytes of one text frame.
+// EncodeFrame encodes o as the frame a client is sent; a cluster node
+// uses it to encode, for clients attached through other nodes, the frames
+// it passes on as they are (cluster.Config.EncodeFrame).
+func EncodeFrame(o actor.Out) ([]byte, error) { return encodeOut(o) }
+
 func encodeOut(o actor.Out) ([]byte, error) {
 	var v any
 	switch o := o.(type) {

@@ -133,6 +133,9 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 		}
 		cc.Self = cluster.NodeMeta{ID: n.ID, ClientAddr: adv, LinkAddr: adv}
 		cc.Store = n.Log
+		if cc.EncodeFrame == nil {
+			cc.EncodeFrame = gateway.EncodeFrame
+		}
 		if cc.Logger == nil {
 			cc.Logger = cfg.Logger
 		}
