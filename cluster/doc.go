@@ -2,7 +2,10 @@
 // (Membership), which node owns and which nodes replicate a session
 // (Placement), and the authenticated node-to-node Link that carries calls
 // and streams. Forwarding client traffic and replicating log entries are
-// built on these three next; the package never parses client frames.
+// built on these three next; the package never parses client frames. It
+// may pass some on: the owner of a session encodes its history batches
+// with the gateway's encoder (Config.EncodeFrame) for a client attached
+// through another node, whose gateway queues the bytes as they are.
 //
 // # Placement
 //
