@@ -225,6 +225,14 @@ func blockCommitter(tb testing.TB, l *Log) (release func()) {
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hold := func() {
+		// The committer may come round to the hold before it has taken
+		// the gate append (it loops as soon as the Create's group is
+		// handed to the sync loop): park only once the gate is applied.
+		// Its claim is the committer's own state, read here on its
+		// goroutine.
+		if l.claims[sid].lastSeq < 1 {
+			return
+		}
 		once.Do(func() {
 			close(entered)
 			<-gate
@@ -234,7 +242,7 @@ func blockCommitter(tb testing.TB, l *Log) (release func()) {
 	// The gate append wakes the committer; once it is committed, the
 	// committer parks before taking anything else.
 	committed := make(chan struct{})
-	b := batch(activeHeader(sid), 1, 1, 0)
+	b := batch(activeHeader(sid), 1, 1, 1) // an entry, so that the claim shows it
 	if err := l.AppendAsync(context.Background(), b, func(error) { close(committed) }); err != nil {
 		tb.Fatal(err)
 	}
