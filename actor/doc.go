@@ -20,7 +20,7 @@
 //
 // The Registry (registry.go, open.go, activate.go) activates actors on
 // demand from the log, passivates idle ones, recovers what a previous run
-// left at boot, runs the deadline ticks, liveness mark and retention
+// left at boot (in the background: Recovered says when), runs the deadline ticks, liveness mark and retention
 // sweep on its Clock, and answers hellos: Resume and Create are separate,
 // and the caller chooses a new session's id (in a cluster, so that the
 // create goes to that id's owner). Engines (engine.go) are the agents:

@@ -320,7 +320,11 @@ func (j *testJournal) Claim(ctx context.Context, sid string) (wal.SessionData, e
 	j.mu.Unlock()
 	if g != nil {
 		arrived <- sid
-		<-g
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return wal.SessionData{}, ctx.Err()
+		}
 	}
 	return j.Log.Claim(ctx, sid)
 }

@@ -58,12 +58,24 @@ func openLog(t *testing.T, dir string) *wal.Log {
 	return l
 }
 
-// start opens the log and a registry on it. Cleanups run in reverse: held
-// appends are let go, then the registry closes, then the log.
+// start opens the log and a registry on it and waits for its boot pass.
+// Cleanups run in reverse: held appends are let go, then the registry
+// closes, then the log.
 func (e *env) start() {
+	e.t.Helper()
+	e.startWith(nil)
+	e.waitRecovered()
+}
+
+// startWith is start without the wait; prep sets the journal up before
+// the registry opens.
+func (e *env) startWith(prep func(*testJournal)) {
 	e.t.Helper()
 	e.log = openLog(e.t, e.dir)
 	e.j = newTestJournal(e.log)
+	if prep != nil {
+		prep(e.j)
+	}
 	cfg := e.cfg
 	cfg.Journal = e.j
 	if st, ok := cfg.Store.(*countingStore); ok {
@@ -80,6 +92,15 @@ func (e *env) start() {
 		}
 	})
 	e.t.Cleanup(e.j.release)
+}
+
+func (e *env) waitRecovered() {
+	e.t.Helper()
+	select {
+	case <-e.reg.Recovered():
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("the boot pass did not finish within 10s")
+	}
 }
 
 // stop closes the registry and the log, as a node stop does.

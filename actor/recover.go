@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/wal"
@@ -48,96 +49,177 @@ func live(h wal.Header, now time.Time) bool {
 	return !h.Status.Terminal() && !(h.Status == wal.StatusInterrupted && !now.Before(h.ExpiresAt))
 }
 
-// recoverAll runs recoverAt over every live session this node owns, then
-// starts an actor for each that has work in flight: a disconnect is not a
-// cancel, and neither is a restart. Copies held for other owners stay
-// passive.
-func (r *Registry) recoverAll(ctx context.Context) error {
-	boot := r.clock.Now()
+// errIdle is how a boot-pass placeholder ends when its session, once
+// recovered, had no work in flight: get does not treat it as a failure
+// but activates the session afresh.
+var errIdle = errors.New("actor: session recovered without work in flight")
+
+// startRecovery starts the boot pass: at once if there is nothing to
+// recover, else in the background (recoverPending).
+func (r *Registry) startRecovery() error {
+	if r.cfg.Store == nil {
+		r.pending = nil
+		close(r.recovered)
+		return nil
+	}
+	ids, err := r.scanRecovery()
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		r.pending = nil
+		if err := r.finishRecovery(r.ctx); err != nil {
+			return fmt.Errorf("actor: record liveness: %w", err)
+		}
+		return nil
+	}
+	// Close cancels the pass first: a recovery waiting on peers must not
+	// hold the shutdown up.
+	ctx, stop := context.WithCancel(r.ctx)
+	r.stopRecovery = stop
+	r.wg.Add(1)
+	go r.recoverPending(ctx, ids)
+	return nil
+}
+
+// scanRecovery lists the sessions a previous run left live on this node,
+// counting them against their users' limits at once, for recoverPending
+// to bring up to date.
+func (r *Registry) scanRecovery() ([]string, error) {
+	r.boot = r.clock.Now()
 	lastAlive, ok, err := r.cfg.Store.LastAlive()
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return nil, fmt.Errorf("recover: %w", err)
 	}
-	if !ok {
-		lastAlive = boot
+	r.lastAlive = r.boot
+	if ok {
+		r.lastAlive = lastAlive
 	}
-	var pending []string
-	err = r.cfg.Store.ScanHeaders(ctx, func(h wal.Header) error {
+	var ids []string
+	err = r.cfg.Store.ScanHeaders(r.ctx, func(h wal.Header) error {
 		if !h.Status.Terminal() && r.cfg.Owns(h.SessionID) {
-			pending = append(pending, h.SessionID)
+			ids = append(ids, h.SessionID)
+			r.pending[h.SessionID] = true
 			r.live[h.UserID]++
 		}
 		return nil
 	}, nil)
 	if err != nil {
-		return fmt.Errorf("recover: scan: %w", err)
+		return nil, fmt.Errorf("recover: scan: %w", err)
 	}
-	// Workers share the log's group commit, so recovery of many sessions
-	// costs far fewer fsyncs than sessions.
+	return ids, nil
+}
+
+// recoverPending is the boot pass, run in the background so that a node
+// serves (among other things the links its peers' recoveries need: after
+// a whole-cluster restart every node waits on the others) while it
+// recovers. Each session is recovered under a placeholder actor, so a
+// client arriving meanwhile waits for it; one a client reaches first is
+// recovered by that client's get. Once every session is done the node
+// records that it is alive and starts its liveness and sweep jobs — not
+// before: a liveness mark written ahead of a session's recovery would
+// make the next boot expire a window this run never extended.
+func (r *Registry) recoverPending(ctx context.Context, ids []string) {
+	defer r.wg.Done()
 	work := make(chan string)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
+	var failed atomic.Int64
+	// Workers share the log's group commit, so recovery of many sessions
+	// costs far fewer fsyncs than sessions.
 	for range r.cfg.MaxActivations {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for sid := range work {
-				if err := r.recoverOne(ctx, sid, boot, lastAlive); err != nil {
-					mu.Lock()
-					firstErr = errors.Join(firstErr, err)
-					mu.Unlock()
+				if err := r.recoverBoot(ctx, sid); err != nil && !errors.Is(err, errIdle) && ctx.Err() == nil {
+					failed.Add(1)
+					r.log.Error("recover session; it will be loaded as it is when next used", "session", sid, "err", err)
 				}
 			}
-		}()
+		})
 	}
-	for _, sid := range pending {
-		work <- sid
+feed:
+	for _, sid := range ids {
+		select {
+		case work <- sid:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
-	if len(pending) > 0 {
-		r.log.Info("recovered sessions", "count", len(pending), "last_alive", lastAlive)
+	// Recoveries that clients started are part of the pass too.
+	r.mu.Lock()
+	r.pending = nil
+	r.mu.Unlock()
+	r.inflight.Wait()
+	if ctx.Err() != nil {
+		return
 	}
-	return firstErr
+	r.log.Info("recovered sessions", "count", len(ids), "failed", failed.Load(), "last_alive", r.lastAlive)
+	if err := r.finishRecovery(ctx); err != nil && ctx.Err() == nil {
+		r.log.Error("record liveness", "err", err)
+	}
 }
 
-func (r *Registry) recoverOne(ctx context.Context, sid string, boot, lastAlive time.Time) error {
+// finishRecovery ends the boot pass: the node records that it is alive,
+// says it has recovered, and starts the liveness and sweep jobs.
+func (r *Registry) finishRecovery(ctx context.Context) error {
+	err := r.markAlive(ctx)
+	close(r.recovered)
+	r.every("liveness", r.cfg.AliveInterval, r.markAlive)
+	if r.cfg.SweepInterval > 0 {
+		r.every("retention sweep", r.cfg.SweepInterval, r.sweep)
+	}
+	return err
+}
+
+// recoverBoot recovers sid under a placeholder actor unless a client got
+// to it first, and starts it if it has work in flight: a disconnect is not
+// a cancel, and neither is a restart.
+func (r *Registry) recoverBoot(ctx context.Context, sid string) error {
+	r.mu.Lock()
+	if r.closed || !r.pending[sid] {
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.pending, sid)
+	a := newActor(r, sid)
+	r.actors[sid] = a
+	r.mu.Unlock()
+	return r.start(ctx, a, true, true)
+}
+
+// recoverOne runs recoverAt over sid in the log and reports whether the
+// session has work in flight. Copies held for other owners stay passive.
+func (r *Registry) recoverOne(ctx context.Context, sid string) (bool, error) {
 	d, err := r.cfg.Journal.Claim(ctx, sid)
 	if err != nil {
-		return fmt.Errorf("recover %s: %w", sid, err)
+		return false, fmt.Errorf("recover %s: %w", sid, err)
 	}
 	st, err := decodeState(d.Header.State)
 	if err != nil {
 		r.corrupt(sid, "state", err)
 	}
-	s := newSession(r.sessionConfig(), d, st, contexts{}, nil, boot)
+	s := newSession(r.sessionConfig(), d, st, contexts{}, nil, r.boot)
 	s.stateDirty = err != nil
-	effs := s.recoverAt(boot, lastAlive)
+	effs := s.recoverAt(r.boot, r.lastAlive)
 	for i := 0; i < len(effs); i++ {
 		switch e := effs[i].(type) {
 		case effAppend:
 			e.batch.Epoch = d.Header.Epoch
 			if err := appendSync(ctx, r.cfg.Journal, e.batch); err != nil {
-				return fmt.Errorf("recover %s: %w", sid, err)
+				return false, fmt.Errorf("recover %s: %w", sid, err)
 			}
 			// What waited for the append (an expiry's effStatus) is
 			// released only now.
-			effs = append(effs, s.Step(boot, evAppended{id: e.id})...)
+			effs = append(effs, s.Step(r.boot, evAppended{id: e.id})...)
 		case effStatus:
 			r.ended(e.userID)
 		}
 	}
 	if err := r.cfg.Journal.Release(ctx, sid, d.Header.Epoch); err != nil {
-		return fmt.Errorf("recover %s: %w", sid, err)
+		return false, fmt.Errorf("recover %s: %w", sid, err)
 	}
-	if !s.hasWork() {
-		return nil
-	}
-	if _, err := r.get(ctx, sid); err != nil {
-		return fmt.Errorf("recover %s: %w", sid, err)
-	}
-	return nil
+	return s.hasWork(), nil
 }
 
 // sweep deletes the sessions whose retention has passed and recounts each

@@ -174,6 +174,15 @@ type Registry struct {
 	timers map[string]Timer
 	closed bool
 
+	// The boot pass (recover.go): sessions a previous run left that are
+	// not yet recovered, recoveries clients started meanwhile, and the
+	// moments recovery measures from.
+	pending         map[string]bool
+	inflight        sync.WaitGroup
+	boot, lastAlive time.Time
+	recovered       chan struct{}
+	stopRecovery    context.CancelFunc
+
 	wg                        sync.WaitGroup // actor goroutines, jobs, helpers
 	activations, passivations atomic.Uint64
 	toolRuns, corrupted       atomic.Uint64
@@ -181,8 +190,9 @@ type Registry struct {
 	closeErr                  error
 }
 
-// New recovers the sessions a previous run left (see recover.go), starts
-// the ones with work in flight, and starts the periodic jobs.
+// New lists the sessions a previous run left and starts recovering them
+// in the background (see recover.go; Recovered says when that is done),
+// and starts the periodic jobs.
 func New(cfg Config) (*Registry, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -192,21 +202,10 @@ func New(cfg Config) (*Registry, error) {
 		actors: make(map[string]*actor), live: make(map[string]int), timers: make(map[string]Timer),
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
-	if cfg.Store != nil {
-		if err := r.recoverAll(r.ctx); err != nil {
-			r.Close()
-			return nil, err
-		}
-		// Mark at once: a crash within the first tick must still leave a
-		// record of when this run was alive.
-		if err := r.markAlive(r.ctx); err != nil {
-			r.Close()
-			return nil, fmt.Errorf("actor: record liveness: %w", err)
-		}
-		r.every("liveness", cfg.AliveInterval, r.markAlive)
-		if cfg.SweepInterval > 0 {
-			r.every("retention sweep", cfg.SweepInterval, r.sweep)
-		}
+	r.recovered, r.pending = make(chan struct{}), make(map[string]bool)
+	if err := r.startRecovery(); err != nil {
+		r.Close()
+		return nil, err
 	}
 	r.every("deadlines", cfg.TickInterval, r.tick)
 	return r, nil
@@ -217,6 +216,9 @@ func New(cfg Config) (*Registry, error) {
 // Safe to call twice.
 func (r *Registry) Close() error {
 	r.closeOnce.Do(func() {
+		if r.stopRecovery != nil {
+			r.stopRecovery()
+		}
 		r.mu.Lock()
 		r.closed = true
 		for _, t := range r.timers {
@@ -238,11 +240,27 @@ func (r *Registry) Close() error {
 		}
 		r.stop()
 		r.wg.Wait()
-		if r.cfg.Store != nil {
+		// Only a run that recovered everything may say it was alive:
+		// see recoverPending.
+		if r.cfg.Store != nil && isClosed(r.recovered) {
 			r.closeErr = r.cfg.Store.MarkAlive(context.Background(), r.clock.Now())
 		}
 	})
 	return r.closeErr
+}
+
+// Recovered is closed once the boot pass has recovered every session a
+// previous run left (at once without a Store). It stays open if Close
+// came first.
+func (r *Registry) Recovered() <-chan struct{} { return r.recovered }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // Stats returns the registry's counters.
@@ -311,26 +329,59 @@ func (r *Registry) tick(context.Context) error {
 }
 
 // get returns the running actor of sid, activating it from the log if
-// needed. Concurrent callers share one activation.
+// needed (recovering it first if the boot pass has not yet). Concurrent
+// callers share one activation.
 func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
-	r.mu.Lock()
-	if r.closed {
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if a, ok := r.actors[sid]; ok {
+			r.mu.Unlock()
+			select {
+			case <-a.ready():
+				if errors.Is(a.startErr, errIdle) {
+					continue // the boot pass's placeholder: activate afresh
+				}
+				return a, a.startErr
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		a := newActor(r, sid)
+		r.actors[sid] = a
+		needRecovery := r.pending[sid]
+		if needRecovery {
+			delete(r.pending, sid)
+			r.inflight.Add(1)
+		}
 		r.mu.Unlock()
-		return nil, ErrClosed
+		err := r.start(ctx, a, needRecovery, false)
+		if needRecovery {
+			r.inflight.Done()
+		}
+		return a, err
 	}
-	if a, ok := r.actors[sid]; ok {
-		r.mu.Unlock()
-		select {
-		case <-a.ready():
-			return a, a.startErr
-		case <-ctx.Done():
-			return nil, ctx.Err()
+}
+
+// start brings a, just put in r.actors, to life: it recovers the session
+// first if asked to, then activates it — unless this is the boot pass and
+// the session has nothing in flight (errIdle). Whoever waits on a.ready()
+// finds the outcome in a.startErr.
+func (r *Registry) start(ctx context.Context, a *actor, recovery, bootPass bool) error {
+	var err error
+	if recovery {
+		var work bool
+		work, err = r.recoverOne(ctx, a.sid)
+		if err == nil && !work && bootPass {
+			err = errIdle
 		}
 	}
-	a := newActor(r, sid)
-	r.actors[sid] = a
-	r.mu.Unlock()
-	err := r.activate(ctx, a)
+	if err == nil {
+		err = r.activate(ctx, a)
+	}
 	if err != nil {
 		a.startErr = err
 		// It has no machine: whoever found it meanwhile (Close, Evict)
@@ -342,7 +393,7 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 		close(a.done)
 	}
 	close(a.readyCh)
-	return a, err
+	return err
 }
 
 func (r *Registry) remove(a *actor) {

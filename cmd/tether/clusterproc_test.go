@@ -122,18 +122,34 @@ func (c *pcluster) kill9(i int) time.Time {
 // joining every other node.
 func (c *pcluster) restart(i int) {
 	c.t.Helper()
-	var seeds []string
-	for j, g := range c.gossip {
-		if j != i {
-			seeds = append(seeds, g)
+	c.restartAll(i)
+}
+
+// restartAll starts the given dead nodes again at the same moment (each
+// joining the others) and waits until every one listens.
+func (c *pcluster) restartAll(ids ...int) {
+	c.t.Helper()
+	for _, i := range ids {
+		if c.procs[i].running() {
+			c.t.Fatalf("restart: node %d is still running", i)
 		}
+		var seeds []string
+		for j, g := range c.gossip {
+			if j != i {
+				seeds = append(seeds, g)
+			}
+		}
+		args := slices.Clone(c.args[i])
+		if k := slices.Index(args, "--join"); k >= 0 {
+			args = slices.Delete(args, k, k+2)
+		}
+		args = append([]string{"--jwt-secret", testSecret}, append(args, "--join", strings.Join(seeds, ","))...)
+		c.procs[i] = launch(c.t, c.procs[i].data, nil, args...)
 	}
-	args := slices.Clone(c.args[i])
-	if k := slices.Index(args, "--join"); k >= 0 {
-		args = slices.Delete(args, k, k+2)
+	for _, i := range ids {
+		c.procs[i].awaitListening()
+		delete(c.dead, i)
 	}
-	c.procs[i] = c.procs[i].restart(append(args, "--join", strings.Join(seeds, ","))...)
-	delete(c.dead, i)
 }
 
 // sum adds a metric over the live nodes.

@@ -96,6 +96,14 @@ func startProc(t *testing.T, data string, extra ...string) *proc {
 // startProcEnv is startProc with extra environment variables (KEY=value).
 func startProcEnv(t *testing.T, data string, env []string, extra ...string) *proc {
 	t.Helper()
+	p := launch(t, data, env, extra...)
+	p.awaitListening()
+	return p
+}
+
+// launch starts tether serve without waiting for it to listen.
+func launch(t *testing.T, data string, env []string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, extra...)
 	p := &proc{t: t, data: data, change: make(chan struct{}), exited: make(chan struct{})}
 	p.cmd = exec.Command(tetherBin, args...)
@@ -123,14 +131,19 @@ func startProcEnv(t *testing.T, data string, env []string, extra ...string) *pro
 		p.waitErr = p.cmd.Wait()
 		close(p.exited)
 	}()
+	return p
+}
+
+// awaitListening waits for a launched process's listening line.
+func (p *proc) awaitListening() {
+	p.t.Helper()
 	line, err := p.waitLogRE(listenRE, 20*time.Second)
 	if err != nil {
 		p.killIfRunning()
-		t.Fatalf("tether serve %v: %v\nstderr:\n%s", extra, err, p.Stderr())
+		p.t.Fatalf("tether %v: %v\nstderr:\n%s", p.cmd.Args[1:], err, p.Stderr())
 	}
 	m := listenRE.FindStringSubmatch(line)
 	p.addr = m[1] + m[2]
-	return p
 }
 
 // Stderr is everything the process logged so far.

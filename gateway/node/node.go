@@ -147,6 +147,13 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 	if n.Registry, err = actor.New(ac); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if n.Cluster == nil {
+		// Alone, recovery waits on nothing but the local disk: finish it
+		// before serving, so that a node that listens is ready. A
+		// clustered node serves at once (its peers' recoveries need its
+		// link) and is not ready until it is done.
+		<-n.Registry.Recovered()
+	}
 	n.Metrics.Watch(n.Log.Stats, n.Registry.Stats)
 	gc := cfg.Gateway
 	n.extraReady = gc.Ready
@@ -166,11 +173,16 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 	return nil
 }
 
-// ready is GET /readyz: not while draining, and only while the store
-// answers reads.
+// ready is GET /readyz: not while draining or recovering the sessions a
+// previous run left, and only while the store answers reads.
 func (n *Node) ready() error {
 	if n.draining.Load() {
 		return errors.New("shutting down")
+	}
+	select {
+	case <-n.Registry.Recovered():
+	default:
+		return errors.New("recovering sessions")
 	}
 	if n.Cluster != nil {
 		if err := n.Cluster.Ready(); err != nil {
