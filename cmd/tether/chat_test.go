@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/faultnet"
 )
 
 // TestChatServerDown: with no server, chat says so and counts down to
@@ -190,7 +191,7 @@ func TestDevTokenFreshConnection(t *testing.T) {
 	t.Parallel()
 	p := startProc(t, t.TempDir(), "--dev-tokens")
 	np := newNetProxy(t, p.addr)
-	d, err := newDevTokens([]string{np.wsURL()}, "alice")
+	d, err := newDevTokens([]string{np.URL()}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,14 +200,14 @@ func TestDevTokenFreshConnection(t *testing.T) {
 	if _, err := d.token(ctx); err != nil {
 		t.Fatal(err)
 	}
-	np.blackhole(false) // the first connection is dead; new ones get through
+	np.Blackhole(faultnet.Up) // the first connection is dead; new ones get through
 	start := time.Now()
 	if _, err := d.token(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A pooled connection would have waited out a timeout (5s or more).
-	if took := time.Since(start); took > 3*time.Second || np.connections() != 2 {
-		t.Fatalf("second fetch took %v over %d connections", took, np.connections())
+	if took := time.Since(start); took > 3*time.Second || np.Count() != 2 {
+		t.Fatalf("second fetch took %v over %d connections", took, np.Count())
 	}
 }
 
@@ -216,18 +217,18 @@ func TestDevTokenFreshConnection(t *testing.T) {
 func chatBlackhole(t *testing.T, quiet time.Duration, flags ...string) time.Duration {
 	p := startProc(t, t.TempDir(), "--dev-tokens")
 	np := newNetProxy(t, p.addr)
-	c := startChatProc(t, append([]string{"--url", np.wsURL(), "--user", "alice"}, flags...)...)
+	c := startChatProc(t, append([]string{"--url", np.URL(), "--user", "alice"}, flags...)...)
 	sid := c.waitFor(`session (\w+) started`)[1]
 	c.typeLine("before")
 	c.waitFor(`\[2\] agent: Agent reply: before`)
-	np.quietFor(t, quiet)
-	np.blackhole(true)
+	quietFor(t, np, quiet)
+	np.Blackhole(faultnet.Refuse)
 	start := time.Now()
 	c.typeLine("during the outage")
 	c.waitFor(`connection lost \(the connection went silent[^)]*\); reconnecting…`)
 	took := time.Since(start)
 	c.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in`)
-	np.up()
+	np.SetMode(faultnet.Up)
 	c.waitFor(`reconnected to \S+ after [0-9.]+m?s: session ` + sid + ` resumed`)
 	c.waitFor(`\[4\] agent: Agent reply: during the outage\n`)
 	c.typeLine("/quit")

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/gateway/faultnet"
 )
 
 // TestChatBlackhole: the network dies silently under the chat; a message
@@ -13,16 +15,16 @@ func TestChatBlackhole(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	p := newProxy(t, n.addr)
 	tok := n.token(t, "alice", 0)
-	r := startChat(t, ChatConfig{Client: Config{URLs: []string{p.url()}, Token: tok,
+	r := startChat(t, ChatConfig{Client: Config{URLs: []string{p.URL()}, Token: tok,
 		PingAfter: 200 * time.Millisecond, PongTimeout: 300 * time.Millisecond}})
 	r.waitFor(`started`)
 	r.typeLine("before")
 	r.waitFor(`\[2\] agent: Agent reply: before`)
-	p.blackhole(refuse)
+	p.Blackhole(faultnet.Refuse)
 	r.typeLine("during the outage")
 	r.waitFor(`connection lost \((the connection went silent|the server did not answer in time)[^)]*\); reconnecting…`)
 	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in [0-9.]+s…`)
-	p.setMode(up)
+	p.SetMode(faultnet.Up)
 	r.waitFor(`reconnected to \S+ after [0-9.]+m?s: session \w+ resumed`)
 	r.waitFor(`\[4\] agent: Agent reply: during the outage`)
 	r.typeLine("/quit")
@@ -50,8 +52,8 @@ func TestChatBlackhole(t *testing.T) {
 func TestChatServerDown(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	p := newProxy(t, n.addr)
-	p.setMode(refuse)
-	r := startChat(t, ChatConfig{Client: Config{URLs: []string{p.url()}, Token: n.token(t, "alice", 0),
+	p.SetMode(faultnet.Refuse)
+	r := startChat(t, ChatConfig{Client: Config{URLs: []string{p.URL()}, Token: n.token(t, "alice", 0),
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}})
 	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in [0-9.]+s…`)
 	r.typeLine("typed while down")
@@ -59,7 +61,7 @@ func TestChatServerDown(t *testing.T) {
 	if strings.Contains(r.out.String(), "connected to") {
 		t.Fatalf("said connected while down:\n%s", r.out.String())
 	}
-	p.setMode(up)
+	p.SetMode(faultnet.Up)
 	r.waitFor(`connected to \S+: session \w+ started`)
 	r.waitFor(`\[2\] agent: Agent reply: typed while down`)
 }
@@ -68,10 +70,10 @@ func TestChatServerDown(t *testing.T) {
 func TestChatLiveCountdown(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	p := newProxy(t, n.addr)
-	p.setMode(refuse)
-	r := startChat(t, ChatConfig{Live: true, Client: Config{URLs: []string{p.url()}, Token: n.token(t, "alice", 0),
+	p.SetMode(faultnet.Refuse)
+	r := startChat(t, ChatConfig{Live: true, Client: Config{URLs: []string{p.URL()}, Token: n.token(t, "alice", 0),
 		MinBackoff: 1200 * time.Millisecond, MaxBackoff: 2400 * time.Millisecond}})
 	r.waitFor(`server unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in \d+s…\r\x1b\[Kserver unreachable at 127\.0\.0\.1:\d+ \([^)]+\), retrying in \d+s…`)
-	p.setMode(up)
+	p.SetMode(faultnet.Up)
 	r.waitFor(`\nconnected to`)
 }

@@ -154,14 +154,14 @@ func TestUnackedSendResentOnce(t *testing.T) {
 	n := newNode(t, nodeOpts{replayLimit: 1})
 	p := newProxy(t, n.addr)
 	tok := n.token(t, "alice", 0)
-	c := dial(t, Config{URLs: []string{p.url()}, Token: tok})
+	c := dial(t, Config{URLs: []string{p.URL()}, Token: tok})
 	ctx := ctxT(t)
 	if _, err := c.Send(ctx, "first", nil); err != nil {
 		t.Fatal(err)
 	}
 	contiguous(t, collect(t, c, 2), 1)
 
-	p.mute() // the server's answers now go nowhere
+	p.Mute() // the server's answers now go nowhere
 	type sent struct {
 		seq uint64
 		err error
@@ -171,7 +171,7 @@ func TestUnackedSendResentOnce(t *testing.T) {
 		seq, err := c.Send(ctx, "resend-me", nil)
 		res <- sent{seq, err}
 	}()
-	p.waitMuted(t, "Agent reply: resend-me") // stored, acked and answered
+	waitMuted(t, p, "Agent reply: resend-me") // stored, acked and answered
 	c.Drop()
 
 	got := <-res

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/tether-dev/tether/gateway/faultnet"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -148,9 +149,9 @@ func TestAckTimeout(t *testing.T) {
 func TestStalledHandshakeBounded(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	p := newProxy(t, n.addr)
-	p.setMode(stall)
+	p.SetMode(faultnet.Stall)
 	var retries atomic.Int64
-	c, err := New(Config{URLs: []string{p.url()}, Token: n.token(t, "alice", 0), HandshakeTimeout: 200 * time.Millisecond,
+	c, err := New(Config{URLs: []string{p.URL()}, Token: n.token(t, "alice", 0), HandshakeTimeout: 200 * time.Millisecond,
 		MinBackoff: 10 * time.Millisecond, Logger: quiet,
 		OnRetry: func(string, error, time.Duration) { retries.Add(1) }})
 	if err != nil {
@@ -158,7 +159,7 @@ func TestStalledHandshakeBounded(t *testing.T) {
 	}
 	defer c.Close()
 	waitUntil(t, "two failed attempts", func() bool { return retries.Load() >= 2 })
-	p.setMode(up)
+	p.SetMode(faultnet.Up)
 	if seq, err := c.Send(ctxT(t), "through", nil); err != nil || seq != 1 {
 		t.Fatalf("Send = %d, %v", seq, err)
 	}
@@ -174,7 +175,7 @@ func blackholeRun(t *testing.T, cfg Config, n *node, quiet time.Duration) time.D
 	p := newProxy(t, n.addr)
 	tok := n.token(t, "alice", 0)
 	lost := make(chan error, 1)
-	cfg.URLs, cfg.Token = []string{p.url()}, tok
+	cfg.URLs, cfg.Token = []string{p.URL()}, tok
 	cfg.OnDisconnect = func(_ string, err error) {
 		select {
 		case lost <- err:
@@ -188,8 +189,8 @@ func blackholeRun(t *testing.T, cfg Config, n *node, quiet time.Duration) time.D
 		t.Fatal(err)
 	}
 	contiguous(t, collect(t, c, 2), 1)
-	p.quietFor(t, quiet)
-	p.blackhole(refuse)
+	quietFor(t, p, quiet)
+	p.Blackhole(faultnet.Refuse)
 	start := time.Now()
 	sent := make(chan error, 1)
 	go func() {
@@ -206,7 +207,7 @@ func blackholeRun(t *testing.T, cfg Config, n *node, quiet time.Duration) time.D
 	case <-time.After(15*time.Second + wait):
 		t.Fatal("the loss was never noticed")
 	}
-	p.setMode(up)
+	p.SetMode(faultnet.Up)
 	if err := <-sent; err != nil {
 		t.Fatalf("Send during the outage: %v", err)
 	}

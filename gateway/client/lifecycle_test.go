@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/faultnet"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -121,15 +122,15 @@ func TestReauthWithFreshLogin(t *testing.T) {
 // other URL, where it resumes.
 func TestNodeShutdown(t *testing.T) {
 	ns := newNodes(t, nodeOpts{fronts: 2})
-	ps := []*proxy{newProxy(t, ns[0].addr), newProxy(t, ns[1].addr)}
+	ps := []*faultnet.Proxy{newProxy(t, ns[0].addr), newProxy(t, ns[1].addr)}
 	tok := ns[0].token(t, "alice", 0)
-	c := dial(t, Config{URLs: []string{ps[0].url(), ps[1].url()}, Token: tok})
+	c := dial(t, Config{URLs: []string{ps[0].URL(), ps[1].URL()}, Token: tok})
 	ctx := ctxT(t)
 	if _, err := c.Send(ctx, "one", nil); err != nil {
 		t.Fatal(err)
 	}
 	on := 0
-	if ps[1].count() == 1 {
+	if ps[1].Count() == 1 {
 		on = 1
 	}
 	ns[on].srv.Close()
@@ -137,7 +138,7 @@ func TestNodeShutdown(t *testing.T) {
 		t.Fatalf("Send after shutdown = %d, %v", seq, err)
 	}
 	contiguous(t, collect(t, c, 4), 1)
-	if ps[1-on].count() == 0 {
+	if ps[1-on].Count() == 0 {
 		t.Fatal("the client never went to the other node")
 	}
 	if st := c.Stats(); st.Reconnects != 1 || st.Gaps != 0 || st.Duplicates != 0 {

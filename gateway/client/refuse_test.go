@@ -18,7 +18,7 @@ func TestFrameLimit1009(t *testing.T) {
 	n := newNode(t, nodeOpts{maxFrame: 4096})
 	tok := n.token(t, "alice", 0)
 	p := newProxy(t, n.addr)
-	c := dial(t, Config{URLs: []string{p.url()}, Token: tok})
+	c := dial(t, Config{URLs: []string{p.URL()}, Token: tok})
 	ctx := ctxT(t)
 	if _, err := c.Send(ctx, "small", nil); err != nil {
 		t.Fatal(err)
@@ -30,12 +30,12 @@ func TestFrameLimit1009(t *testing.T) {
 	if _, err := c.Send(ctx, "after", nil); err != nil {
 		t.Fatalf("Send after the 1009: %v", err)
 	}
-	conns := p.count()
+	conns := p.Count()
 	if _, err := c.Send(ctx, strings.Repeat("y", 6000), nil); !errors.Is(err, ErrTooLarge) || strings.Contains(err.Error(), "Config") {
 		t.Fatalf("second large Send: %v", err)
 	}
-	if _, err := c.Send(ctx, "last", nil); err != nil || p.count() != conns {
-		t.Fatalf("Send: %v; %d connections, want %d (no new 1009)", err, p.count(), conns)
+	if _, err := c.Send(ctx, "last", nil); err != nil || p.Count() != conns {
+		t.Fatalf("Send: %v; %d connections, want %d (no new 1009)", err, p.Count(), conns)
 	}
 	msgs := collect(t, c, 6)
 	contiguous(t, msgs, 1)

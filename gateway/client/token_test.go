@@ -64,7 +64,7 @@ func TestTokenRefreshedAfterUnauthorized(t *testing.T) {
 	ns := newNodes(t, nodeOpts{fronts: 2, secrets: [][]byte{[]byte("first"), []byte("second")}})
 	p := newProxy(t, ns[0].addr)
 	var calls, on atomic.Int64
-	c := dial(t, Config{URLs: []string{p.url()}, TokenFunc: func(context.Context) (string, error) {
+	c := dial(t, Config{URLs: []string{p.URL()}, TokenFunc: func(context.Context) (string, error) {
 		calls.Add(1)
 		return gateway.Issue(ns[on.Load()].secret, gateway.TokenSpec{User: "alice"}, time.Now())
 	}})
@@ -73,7 +73,7 @@ func TestTokenRefreshedAfterUnauthorized(t *testing.T) {
 		t.Fatal(err)
 	}
 	on.Store(1)
-	p.setTarget(ns[1].addr)
+	p.SetTarget(ns[1].addr)
 	c.Drop()
 	if _, err := c.Send(ctx, "two", nil); err != nil {
 		t.Fatalf("Send after the secret changed: %v", err)

@@ -1,0 +1,9 @@
+// Package faultnet is a TCP relay that plays a failing network between a
+// client and a node, for tests on 127.0.0.1: it can swallow what the
+// server sends on the open connections (acks lost on the way), stop
+// forwarding both ways without closing anything (a phone losing signal),
+// and refuse or stall new connections until the network is back.
+//
+// It is test support, shared by the client library's tests and the
+// command's process tests; nothing in the server imports it.
+package faultnet
