@@ -280,8 +280,14 @@ func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 // answer before the reader stops waiting.
 func (c *conn) writeClose(cr closeReq) {
 	c.mu.Lock()
-	c.code = cr.code
+	answered := c.code != 0 // the client closed first and has our answer
+	if !answered {
+		c.code = cr.code
+	}
 	c.mu.Unlock()
+	if answered {
+		return
+	}
 	msg := websocket.FormatCloseMessage(cr.code, truncateReason(cr.reason))
 	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
 		c.ws.Close()

@@ -294,3 +294,31 @@ func TestOriginCheck(t *testing.T) {
 		t.Errorf("preflight with *: %d %v", code, h)
 	}
 }
+
+// TestCloseThenResumeAtOnce: a client that closes cleanly and reconnects
+// the moment it has the server's answer ended its first connection with
+// 1000, not with the 4001 its own resume would otherwise hand the old
+// connection while that one's reader is still on its way out.
+func TestCloseThenResumeAtOnce(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOpts{})
+	tok := token(t, "alice")
+	const rounds = 40
+	c := dial(t, n.URL)
+	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
+	for range rounds - 1 {
+		c.closeClean()
+		c = dial(t, n.URL)
+		c.resume(tok, sid, 0)
+	}
+	c.closeClean()
+	eventually(t, "every close to be counted", func() bool {
+		v, _ := n.metric(t, "tether_connections")
+		return v == 0
+	})
+	got, _ := n.metric(t, `tether_connections_closed_total{code="1000"}`)
+	replaced, _ := n.metric(t, `tether_connections_closed_total{code="4001"}`)
+	if got != rounds || replaced != 0 {
+		t.Fatalf("closes counted: 1000 × %v, 4001 × %v; want 1000 × %d", got, replaced, rounds)
+	}
+}

@@ -22,6 +22,7 @@ const MaxSendIDLen = 64
 // the reconnect window.
 func (c *conn) serve() {
 	c.ws.SetReadLimit(c.srv.cfg.MaxFrame)
+	c.ws.SetCloseHandler(c.peerClosed)
 	if !c.hello() {
 		c.finish()
 		return
@@ -91,6 +92,27 @@ func (c *conn) finish() {
 		_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(closeGrace))
 		_, _ = io.Copy(io.Discard, c.ws.NetConn())
 	}
+}
+
+// peerClosed answers the client's close frame. The code is recorded
+// before the answer goes out: once the client has our answer it may
+// reconnect at once, and that resume detaches this connection (4001)
+// before the reader returns; without this, the 1000 the client actually
+// ended with would be counted and logged as 4001. If our own close went
+// out first, the client's frame is the answer to it and needs none.
+func (c *conn) peerClosed(code int, _ string) error {
+	c.mu.Lock()
+	ours := c.code != 0
+	if !ours {
+		c.code = code
+	}
+	c.mu.Unlock()
+	if ours {
+		return nil
+	}
+	msg := websocket.FormatCloseMessage(code, "")
+	_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteTimeout)) // the peer may be gone already
+	return nil
 }
 
 // heard notes that the client is alive.

@@ -69,6 +69,10 @@ type tcluster struct {
 	o     opts
 	mu    sync.Mutex
 	nodes []*tnode
+	// dirs are the nodes' data directories. They are not t.TempDir()s:
+	// one made after closeAll was registered would be removed before
+	// closeAll runs (cleanups run last first), under a node still writing.
+	dirs []string
 }
 
 // newCluster starts n nodes, n1 first and the others joining it, and
@@ -127,8 +131,15 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 		tn.demo = actor.NewDemo(actor.DemoConfig{SearchDelay: c.o.toolDelay})
 		engine = tn.demo
 	}
+	dir, err := os.MkdirTemp("", "tether-"+id+"-")
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.dirs = append(c.dirs, dir)
+	c.mu.Unlock()
 	cfg := node.Config{
-		Dir: c.t.TempDir(), NodeID: id, Logger: quiet.With("node", id),
+		Dir: dir, NodeID: id, Logger: quiet.With("node", id),
 		Actor:   actor.Config{Engine: engine, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush},
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{
@@ -196,6 +207,13 @@ func (c *tcluster) closeAll() {
 		wg.Go(func() { _ = n.Close() })
 	}
 	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range c.dirs {
+		if err := os.RemoveAll(d); err != nil {
+			c.t.Errorf("remove %s: %v", d, err)
+		}
+	}
 }
 
 func memberIDs(n *tnode) string {
