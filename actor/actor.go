@@ -101,7 +101,7 @@ func (a *actor) wake() {
 	}
 	a.running = true
 	a.reg.wg.Add(1)
-	go a.drain()
+	a.reg.workers.Go(a.drain)
 }
 
 // drain steps the machine with every queued event, then exits.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tether-dev/tether/actor/workers"
 )
 
 // Config configures a Registry. Only Journal is required; every other
@@ -184,6 +186,7 @@ type Registry struct {
 	stopRecovery    context.CancelFunc
 
 	wg                        sync.WaitGroup // actor goroutines, jobs, helpers
+	workers                   *workers.Pool  // runs actors' drains on grown stacks
 	activations, passivations atomic.Uint64
 	toolRuns, corrupted       atomic.Uint64
 	closeOnce                 sync.Once
@@ -200,6 +203,7 @@ func New(cfg Config) (*Registry, error) {
 	r := &Registry{
 		cfg: cfg, clock: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxActivations),
 		actors: make(map[string]*actor), live: make(map[string]int), timers: make(map[string]Timer),
+		workers: workers.New(workers.Config{}),
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.recovered, r.pending = make(chan struct{}), make(map[string]bool)
@@ -240,6 +244,7 @@ func (r *Registry) Close() error {
 		}
 		r.stop()
 		r.wg.Wait()
+		_ = r.workers.Close() // every drain has ended (r.wg): it only stops parked goroutines
 		// Only a run that recovered everything may say it was alive:
 		// see recoverPending.
 		if r.cfg.Store != nil && isClosed(r.recovered) {

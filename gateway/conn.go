@@ -193,7 +193,7 @@ func (c *conn) kick() {
 	}
 	c.writing = true
 	c.writers.Add(1)
-	go c.writeLoop()
+	c.srv.workers.Go(c.writeLoop) // on a grown stack, as readFrames
 }
 
 func (c *conn) isClosing() bool {

@@ -47,8 +47,18 @@ func (c *conn) serve() {
 // buffered, the loop hands over to a fresh goroutine, which waits for the
 // next frame on a small stack (waitIdle, idle.go). A goroutine is cheap
 // next to handling a frame.
+//
+// Handling frames runs on one of the server's parked goroutines
+// (workers.Pool), whose stack has grown already: a fresh goroutine would
+// grow its own, copying it at each doubling, for every burst.
 func (c *conn) readLoop() {
 	c.waitIdle()
+	c.srv.workers.Go(c.readFrames)
+}
+
+// readFrames handles the frames the client has sent until it has sent
+// no more, then hands the wait for the next ones to a fresh readLoop.
+func (c *conn) readFrames() {
 	for {
 		mt, data, err := c.readMessage()
 		if !c.next(mt, data, err) {

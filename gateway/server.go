@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"github.com/tether-dev/tether/actor/workers"
 	"log/slog"
 	"net"
 	"net/http"
@@ -154,6 +155,9 @@ type Server struct {
 	conns  map[*conn]struct{}
 	closed bool
 	wg     sync.WaitGroup // connection goroutines and the reaper
+	// workers runs connections' frame handling and writes on goroutines
+	// whose stacks have grown already.
+	workers *workers.Pool
 
 	closeOnce sync.Once
 }
@@ -163,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{}), workers: workers.New(workers.Config{})}
 	s.bufs.New = func() any { b := make([]byte, 0, 16<<10); return &b }
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
@@ -224,6 +228,7 @@ func (s *Server) Close() error {
 		}
 		s.cancel()
 		s.wg.Wait()
+		_ = s.workers.Close() // every connection has ended (s.wg): it only stops parked goroutines
 	})
 	return nil
 }
