@@ -35,14 +35,35 @@ type corkConn struct {
 	writes int
 	// frames follows what gorilla reads (idle.go); reader goroutine only.
 	frames frameTracker
+	// pending are bytes waitReadable took off the socket, for gorilla to
+	// read first; they live in pendBuf, a pooled buffer given back once
+	// they are read. Reader goroutine only.
+	pending []byte
+	pendBuf *[]byte
 }
 
-// Read feeds what gorilla's reader takes from the socket to the frame
-// tracker.
+// Read hands gorilla's reader what waitReadable took, then reads the
+// socket; either way the frame tracker is fed what gorilla takes.
 func (c *corkConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.frames.feed(p[:n])
+		c.consume(n)
+		return n, nil
+	}
 	n, err := c.Conn.Read(p)
 	c.frames.feed(p[:n])
 	return n, err
+}
+
+// consume drops the first n pending bytes, giving the buffer back once
+// none are left.
+func (c *corkConn) consume(n int) {
+	c.pending = c.pending[n:]
+	if len(c.pending) == 0 && c.pendBuf != nil {
+		c.pool.Put(c.pendBuf)
+		c.pending, c.pendBuf = nil, nil
+	}
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {

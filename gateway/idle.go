@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/binary"
-	"io"
 )
 
 // An idle connection's only cost is its reader goroutine, and most of
@@ -18,7 +17,9 @@ import (
 // follows the frame boundaries in the bytes it hands to gorilla
 // (frameTracker) and the read loop counts the messages it took: when every
 // byte handed over belongs to a complete message that was taken, the
-// buffer is empty.
+// buffer is empty. The bytes that woke the wait are taken off the socket
+// then (the connection hands them to gorilla before reading more), so
+// they must have been handed over too.
 //
 // The server's heartbeat is a WebSocket ping; a client that answers it
 // with a lone pong would wake the loop and send it into gorilla to wait
@@ -140,7 +141,7 @@ func lonePong(p []byte) (int, bool) {
 // idle reports whether gorilla holds nothing unread, so the next read
 // would wait for the client.
 func (c *conn) idle() bool {
-	return c.cork != nil && c.cork.frames.drained(c.taken)
+	return c.cork != nil && len(c.cork.pending) == 0 && c.cork.frames.drained(c.taken)
 }
 
 // waitIdle returns when the client has sent something for gorilla to
@@ -153,18 +154,20 @@ func (c *conn) waitIdle() {
 	}
 	cc := c.cork
 	for {
-		peek, err := cc.waitReadable()
-		if err != nil {
+		if err := cc.waitReadable(); err != nil {
 			return
 		}
-		n, ok := lonePong(peek)
-		if !ok {
+		// Whole pongs are dropped here, so gorilla never sees them.
+		for len(cc.pending) > 0 {
+			n, ok := lonePong(cc.pending)
+			if !ok {
+				break
+			}
+			cc.consume(n)
+			c.heard()
+		}
+		if len(cc.pending) > 0 {
 			return
 		}
-		// The pong is whole in the socket: take it, so gorilla never sees it.
-		if _, err := io.ReadFull(cc.Conn, make([]byte, n)); err != nil {
-			return
-		}
-		c.heard()
 	}
 }

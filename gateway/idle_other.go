@@ -5,6 +5,6 @@ package gateway
 import "errors"
 
 // waitReadable is not available here: the read loop waits inside gorilla.
-func (c *corkConn) waitReadable() ([]byte, error) {
-	return nil, errors.New("gateway: waiting for a readable socket is not supported on this platform")
+func (c *corkConn) waitReadable() error {
+	return errors.New("gateway: waiting for a readable socket is not supported on this platform")
 }

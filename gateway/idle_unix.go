@@ -4,38 +4,59 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"syscall"
 )
 
 // errNoWait: the connection has no file descriptor to wait on.
 var errNoWait = errors.New("gateway: connection cannot be waited on")
 
-// waitReadable blocks until the socket has bytes (or an error, or the end)
-// and returns a peek at the first of them, which stay in the socket.
-func (c *corkConn) waitReadable() ([]byte, error) {
+// waitReadable blocks until the socket has bytes (or an error, or the
+// end) and takes what is there (up to a pooled buffer's size) into
+// c.pending. Taking the bytes rather than peeking at them
+// spares gorilla's reader a second system call for them. No buffer is
+// held while waiting: an idle connection keeps none.
+func (c *corkConn) waitReadable() error {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {
-		return nil, errNoWait
+		return errNoWait
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// Only a pong matters to the caller: peek at most that much.
-	buf := make([]byte, maxPong)
+	var bp *[]byte
 	var n int
 	var rerr error
 	err = raw.Read(func(fd uintptr) bool {
-		// Check the socket before waiting: the poller only wakes on new
-		// readiness, and bytes may already be there.
-		n, _, rerr = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return !errors.Is(rerr, syscall.EAGAIN)
+		// Try before waiting: the poller only wakes on new readiness, and
+		// bytes may already be there.
+		bp = c.pool.Get().(*[]byte)
+		for {
+			n, rerr = syscall.Read(int(fd), (*bp)[:cap(*bp)])
+			if !errors.Is(rerr, syscall.EINTR) {
+				break
+			}
+		}
+		if errors.Is(rerr, syscall.EAGAIN) {
+			c.pool.Put(bp)
+			bp = nil
+			return false
+		}
+		return true
 	})
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && n <= 0 {
+		err = io.EOF
+	}
 	if err != nil {
-		return nil, err
+		if bp != nil {
+			c.pool.Put(bp)
+		}
+		return err
 	}
-	if rerr != nil {
-		return nil, rerr
-	}
-	return buf[:max(n, 0)], nil
+	c.pendBuf, c.pending = bp, (*bp)[:n]
+	return nil
 }
