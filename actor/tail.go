@@ -67,13 +67,14 @@ func (t *tail) trim() {
 	if drop == 0 {
 		return
 	}
-	// Copy down so the dropped entries (and their content) are freed.
-	n := copy(t.entries, t.entries[drop:])
-	clear(t.entries[n:])
-	t.entries = t.entries[:n]
-	copy(t.sizes, t.sizes[drop:])
-	t.sizes = t.sizes[:n]
-	if cap(t.entries) > 4*max(n, 8) {
+	// Clear the dropped entries, so their content is freed, and slice them
+	// off: the next append that runs out of room moves the held entries to
+	// a new array. Copying them down here instead cost a copy of the whole
+	// tail per append once it was full (3% of the server's CPU under load).
+	clear(t.entries[:drop])
+	t.entries = t.entries[drop:]
+	t.sizes = t.sizes[drop:]
+	if n := len(t.entries); cap(t.entries) > 4*max(n, 8) {
 		t.entries = append([]wal.Entry(nil), t.entries...)
 		t.sizes = append([]int(nil), t.sizes...)
 	}

@@ -25,6 +25,7 @@ type conn struct {
 	ws      *websocket.Conn
 	cork    *corkConn     // nil when the listener was not the server's
 	limiter *rate.Limiter // nil: no limit
+	rbuf    *[]byte       // the pooled buffer of the frame being handled (reader only)
 	// opened is when the socket was upgraded: the hello deadline counts
 	// from it, and nothing extends it.
 	opened time.Time

@@ -15,6 +15,7 @@ import (
 // hello handles the first frame; it reports whether a session is attached.
 func (c *conn) hello() bool {
 	f, bad, ok := c.read(c.readMessage())
+	c.releaseRead()
 	if !ok {
 		return false
 	}

@@ -61,7 +61,9 @@ func (c *conn) readLoop() {
 func (c *conn) readFrames() {
 	for {
 		mt, data, err := c.readMessage()
-		if !c.next(mt, data, err) {
+		ok := c.next(mt, data, err)
+		c.releaseRead()
+		if !ok {
 			break
 		}
 		if c.idle() {
@@ -72,13 +74,45 @@ func (c *conn) readFrames() {
 	c.finish()
 }
 
-// readMessage reads the next message from gorilla, counting it.
+// readMessage reads the next message from gorilla, counting it. The
+// message is read into a pooled buffer, which releaseRead gives back once
+// the frame is handled (decoding copies what it keeps); gorilla's
+// ReadMessage allocated one per frame.
 func (c *conn) readMessage() (int, []byte, error) {
-	mt, data, err := c.ws.ReadMessage()
-	if err == nil {
-		c.taken++
+	mt, r, err := c.ws.NextReader()
+	if err != nil {
+		return mt, nil, err
 	}
-	return mt, data, err
+	bp := c.srv.bufs.Get().(*[]byte)
+	c.rbuf = bp
+	b := (*bp)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return mt, nil, err
+		}
+	}
+	*bp = b
+	c.taken++
+	return mt, b, nil
+}
+
+// releaseRead gives the buffer of the last message read back to the pool.
+func (c *conn) releaseRead() {
+	if bp := c.rbuf; bp != nil {
+		c.rbuf = nil
+		if cap(*bp) <= 64<<10 {
+			*bp = (*bp)[:0]
+			c.srv.bufs.Put(bp)
+		}
+	}
 }
 
 // finish waits out the close handshake and cleans up.

@@ -224,8 +224,6 @@ func Unmarshal(b []byte, v any) error {
 	return msgpack.Unmarshal(b, v)
 }
 
-func beBytes(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
-
 // EncodeMsgpack writes the entry as the map its msgpack tags describe,
 // without reflection: entries are what the log writes and reads most.
 func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
@@ -236,38 +234,40 @@ func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if e.Epoch != 0 {
 		n++
 	}
-	if err := enc.EncodeMapLen(n); err != nil {
-		return err
+	// One step after another, without a table of closures: those moved
+	// the entry to the heap for every append.
+	err := enc.EncodeMapLen(n)
+	if err == nil {
+		err = enc.EncodeString("q")
 	}
-	for _, kv := range []struct {
-		k string
-		f func() error
-	}{
-		{"q", func() error { return enc.EncodeUint(e.Seq) }},
-		{"r", func() error { return enc.EncodeString(e.Role) }},
-		{"c", func() error { return enc.EncodeString(e.Content) }},
-		{"t", func() error { return enc.EncodeFloat64(e.Time) }},
-	} {
-		if err := enc.EncodeString(kv.k); err != nil {
-			return err
-		}
-		if err := kv.f(); err != nil {
-			return err
-		}
+	if err == nil {
+		err = enc.EncodeUint(e.Seq)
 	}
-	if len(e.Metadata) > 0 {
-		if err := enc.EncodeString("m"); err != nil {
-			return err
-		}
-		if err := enc.EncodeMap(e.Metadata); err != nil {
-			return err
+	if err == nil {
+		err = encodeStrings(enc, "r", e.Role, "c", e.Content, "t")
+	}
+	if err == nil {
+		err = enc.EncodeFloat64(e.Time)
+	}
+	if err == nil && len(e.Metadata) > 0 {
+		if err = enc.EncodeString("m"); err == nil {
+			err = enc.EncodeMap(e.Metadata)
 		}
 	}
-	if e.Epoch != 0 {
-		if err := enc.EncodeString("e"); err != nil {
+	if err == nil && e.Epoch != 0 {
+		if err = enc.EncodeString("e"); err == nil {
+			err = enc.EncodeUint(e.Epoch)
+		}
+	}
+	return err
+}
+
+// encodeStrings writes each string in turn.
+func encodeStrings(enc *msgpack.Encoder, ss ...string) error {
+	for _, s := range ss {
+		if err := enc.EncodeString(s); err != nil {
 			return err
 		}
-		return enc.EncodeUint(e.Epoch)
 	}
 	return nil
 }

@@ -57,15 +57,25 @@ type request struct {
 	at    time.Time
 	// deleteIf is re-checked against the stored header by the committer.
 	deleteIf func(Header) bool
-	copy     Copy
+	// copy and data are pointers: every append allocates a request, and
+	// holding them by value made it 1 KiB.
+	copy *Copy
 
-	data    SessionData // result of create/claim
+	data    *SessionData // result of create/claim
 	deleted bool
 	err     error
 	// Exactly one of done and callback is set: a waiting caller, or an
 	// asynchronous one told from the committer goroutine.
 	done     chan struct{}
 	callback func(error)
+}
+
+// result is what a create or claim returned (zero after a failure).
+func (r *request) result() SessionData {
+	if r.data == nil {
+		return SessionData{}
+	}
+	return *r.data
 }
 
 // Append stores b durably: it returns nil only after the entries and the
@@ -104,7 +114,7 @@ func (l *Log) Create(ctx context.Context, h Header, context []byte) (Header, err
 		return Header{}, err
 	}
 	r, err := l.submit(ctx, &request{kind: reqCreate, sid: h.SessionID, owner: l.cfg.NodeID, batch: Batch{Header: h, Context: context}})
-	return r.data.Header, err
+	return r.result().Header, err
 }
 
 // Claim makes this node the session's one writer: it bumps the owner
@@ -116,7 +126,7 @@ func (l *Log) Claim(ctx context.Context, sid string) (SessionData, error) {
 		return SessionData{}, err
 	}
 	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid, owner: l.cfg.NodeID})
-	return r.data, err
+	return r.result(), err
 }
 
 // Release drops the claim made with epoch, if it is still the current one.
@@ -387,7 +397,7 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 	if err := setAll(b, kvs); err != nil {
 		return err
 	}
-	r.data = SessionData{Header: h, Context: r.batch.Context}
+	r.data = &SessionData{Header: h, Context: r.batch.Context}
 	staged[h.SessionID] = &claim{epoch: 1, owner: r.owner}
 	return nil
 }
@@ -417,7 +427,7 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 	if err := b.Set(headerKey(r.sid), v, nil); err != nil {
 		return err
 	}
-	r.data = SessionData{Header: h, Context: c}
+	r.data = &SessionData{Header: h, Context: c}
 	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner, lastEpoch: h.LastEpoch}
 	return nil
 }
@@ -444,32 +454,29 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 	}
 	// Encode everything before writing anything, so a request that fails
 	// leaves nothing of itself in the group's batch.
-	kvs := make([][2][]byte, 0, len(in.Entries)+len(in.Sends)+2)
+	kv := &l.scratch
+	kv.reset()
 	for _, e := range in.Entries {
 		e.Epoch = c.epoch
-		v, err := msgpack.Marshal(e)
-		if err != nil {
+		if err := kv.entry(sid, e); err != nil {
 			return fmt.Errorf("wal: encode entry %d of %q: %w", e.Seq, sid, err)
 		}
-		kvs = append(kvs, [2][]byte{entryKey(sid, e.Seq), v})
 	}
 	for _, s := range in.Sends {
-		kvs = append(kvs, [2][]byte{sendKey(sid, s.ID), binary.BigEndian.AppendUint64(nil, s.Seq)})
+		kv.send(sid, s)
 	}
 	if len(in.Entries) > 0 {
 		c.lastEpoch = c.epoch
 	}
 	h := in.Header
 	h.Epoch, h.Owner, h.LastEpoch = c.epoch, c.owner, c.lastEpoch
-	v, err := msgpack.Marshal(h)
-	if err != nil {
+	if err := kv.header(sid, h); err != nil {
 		return fmt.Errorf("wal: encode header of %q: %w", sid, err)
 	}
-	kvs = append(kvs, [2][]byte{headerKey(sid), v})
 	if in.Context != nil {
-		kvs = append(kvs, [2][]byte{contextKey(sid), in.Context})
+		kv.rawSession(prefixContext, sid, in.Context)
 	}
-	if err := setAll(b, kvs); err != nil {
+	if err := kv.apply(b); err != nil {
 		return err
 	}
 	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner, lastEpoch: c.lastEpoch}

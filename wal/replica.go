@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Copy is what a session's owner ships to a node that keeps a copy of
@@ -60,7 +59,7 @@ func (l *Log) Store(ctx context.Context, c Copy) error {
 	if err := CheckID(c.SessionID); err != nil {
 		return err
 	}
-	_, err := l.submit(ctx, &request{kind: reqCopy, sid: c.SessionID, copy: c})
+	_, err := l.submit(ctx, &request{kind: reqCopy, sid: c.SessionID, copy: &c})
 	return err
 }
 
@@ -72,11 +71,11 @@ func (l *Log) ClaimAt(ctx context.Context, sid string, epoch uint64) (SessionDat
 		return SessionData{}, err
 	}
 	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid, owner: l.cfg.NodeID, epoch: epoch})
-	return r.data, err
+	return r.result(), err
 }
 
 func (l *Log) applyCopy(b *pebble.Batch, staged map[string]*claim, r *request) error {
-	c := &r.copy
+	c := r.copy
 	sid := c.SessionID
 	old, err := getHeader(b, sid)
 	exists := err == nil
@@ -113,34 +112,31 @@ func (l *Log) applyCopy(b *pebble.Batch, staged map[string]*claim, r *request) e
 		}
 		held, heldEpoch = last, c.Header.LastEpoch
 	}
-	kvs := make([][2][]byte, 0, len(entries)+len(c.Sends)+2)
+	kv := &l.scratch
+	kv.reset()
 	for _, e := range entries {
 		if e.Seq > held {
 			break // truncated just above
 		}
-		v, err := msgpack.Marshal(e)
-		if err != nil {
+		if err := kv.entry(sid, e); err != nil {
 			return fmt.Errorf("wal: encode entry %d of %q: %w", e.Seq, sid, err)
 		}
-		kvs = append(kvs, [2][]byte{entryKey(sid, e.Seq), v})
 	}
 	for _, s := range c.Sends {
-		kvs = append(kvs, [2][]byte{sendKey(sid, s.ID), beBytes(s.Seq)})
+		kv.send(sid, s)
 	}
 	h := c.Header
 	h.SessionID, h.Epoch, h.Owner, h.LastSeq, h.LastEpoch = sid, c.Epoch, c.Owner, held, heldEpoch
 	if exists && c.Adopt {
 		h.Epoch = max(h.Epoch, old.Epoch)
 	}
-	v, err := msgpack.Marshal(h)
-	if err != nil {
+	if err := kv.header(sid, h); err != nil {
 		return fmt.Errorf("wal: encode header of %q: %w", sid, err)
 	}
-	kvs = append(kvs, [2][]byte{headerKey(sid), v})
 	if c.Context != nil {
-		kvs = append(kvs, [2][]byte{contextKey(sid), c.Context})
+		kv.rawSession(prefixContext, sid, c.Context)
 	}
-	if err := setAll(b, kvs); err != nil {
+	if err := kv.apply(b); err != nil {
 		return err
 	}
 	if cl, ok := l.claimOf(staged, sid); ok && cl.epoch < c.Epoch && !c.Adopt {

@@ -82,8 +82,9 @@ type Log struct {
 	// group: tests park it there to line requests up.
 	testHold atomic.Pointer[func()]
 
-	// claims is owned by the committer goroutine.
-	claims map[string]claim
+	// claims and scratch are owned by the committer goroutine.
+	claims  map[string]claim
+	scratch kvScratch
 
 	stats struct{ syncs, requests, entries, deleted, corrupt atomic.Uint64 }
 
