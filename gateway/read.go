@@ -257,6 +257,18 @@ func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 	if !utf8.Valid(data) {
 		return f, fmt.Errorf("%w: not UTF-8", ErrInvalidPayload)
 	}
+	if f, ok := decodeOnce(data); ok {
+		return f, nil
+	}
+	return decodeSlow(data)
+}
+
+// decodeSlow decodes a frame in two steps, its type and then that type's
+// fields: what a frame decodeOnce refused gets, so that what is wrong is
+// said the same way whatever else the frame holds (a field of another
+// type, with a value that type would refuse, is ignored).
+func decodeSlow(data []byte) (wire.ClientFrame, error) {
+	var f wire.ClientFrame
 	var head struct {
 		Type string `json:"type"`
 	}
@@ -322,6 +334,52 @@ func DecodeFrame(data []byte) (wire.ClientFrame, error) {
 		return f, errors.New("frame has no type")
 	}
 	return f, nil
+}
+
+// anyFrame has the fields of every client frame type.
+type anyFrame struct {
+	Type      string           `json:"type"`
+	Token     string           `json:"token"`
+	SessionID string           `json:"session_id"`
+	LastSeq   uint64           `json:"last_seq"`
+	Stream    *wire.StreamMark `json:"stream"`
+	ID        string           `json:"id"`
+	Content   string           `json:"content"`
+	Metadata  map[string]any   `json:"metadata"`
+	BeforeSeq uint64           `json:"before_seq"`
+	Limit     int              `json:"limit"`
+	Set       map[string]any   `json:"set"`
+}
+
+// decodeOnce decodes a frame in one pass, for the common case of a valid
+// frame (the two passes of DecodeFrame cost twice the JSON scanning). It
+// reports false for anything DecodeFrame must look at more closely: an
+// error, no type, or values that cannot be stored.
+func decodeOnce(data []byte) (wire.ClientFrame, bool) {
+	var v anyFrame
+	if err := json.Unmarshal(data, &v); err != nil || v.Type == "" {
+		return wire.ClientFrame{}, false
+	}
+	f := wire.ClientFrame{Type: v.Type}
+	switch v.Type {
+	case wire.TypeHello:
+		f.Token, f.SessionID, f.LastSeq, f.Stream = v.Token, v.SessionID, v.LastSeq, v.Stream
+	case wire.TypeSend:
+		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
+		if storable("metadata", v.Metadata) != nil {
+			return f, false
+		}
+	case wire.TypeHistory:
+		f.BeforeSeq, f.Limit = v.BeforeSeq, v.Limit
+	case wire.TypeContext:
+		f.Set = v.Set
+		if storable("context", v.Set) != nil {
+			return f, false
+		}
+	case wire.TypePing:
+		f.ID = v.ID
+	}
+	return f, true
 }
 
 // storable applies the log's rule for client values (wal.CheckValue) at

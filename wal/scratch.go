@@ -17,6 +17,9 @@ type kvScratch struct {
 	buf []byte
 	kvs [][3]int // key start, value start (= key end), value end
 	enc *msgpack.Encoder
+	// hdr is the header being encoded: encoding a local would move it to
+	// the heap.
+	hdr Header
 }
 
 func (s *kvScratch) reset() {
@@ -53,7 +56,12 @@ func (s *kvScratch) sessionKey(p byte, sid string) {
 func (s *kvScratch) entry(sid string, e Entry) error {
 	s.sessionKey(prefixEntry, sid)
 	s.buf = binary.BigEndian.AppendUint64(s.buf, e.Seq)
-	return s.value(e)
+	s.startValue()
+	if err := e.EncodeMsgpack(s.enc); err != nil {
+		return err
+	}
+	s.endValue()
+	return nil
 }
 
 // send adds a send id's seq under its send key.
@@ -67,7 +75,13 @@ func (s *kvScratch) send(sid string, snd Send) {
 func (s *kvScratch) header(sid string, h Header) error {
 	s.kvs = append(s.kvs, [3]int{len(s.buf)})
 	s.buf = append(append(s.buf, prefixHeader), sid...)
-	return s.value(h)
+	s.hdr = h
+	s.startValue()
+	if err := s.enc.Encode(&s.hdr); err != nil {
+		return err
+	}
+	s.endValue()
+	return nil
 }
 
 // rawSession adds v as it is under the key that is prefix p and sid (the
@@ -78,23 +92,15 @@ func (s *kvScratch) rawSession(p byte, sid string, v []byte) {
 	s.raw(v)
 }
 
-// value ends the pair begun last with v encoded.
-func (s *kvScratch) value(v any) error {
-	kv := &s.kvs[len(s.kvs)-1]
-	kv[1] = len(s.buf)
-	if err := s.enc.Encode(v); err != nil {
-		return err
-	}
-	kv[2] = len(s.buf)
-	return nil
-}
+// startValue ends the key of the pair begun last; endValue ends its value.
+func (s *kvScratch) startValue() { s.kvs[len(s.kvs)-1][1] = len(s.buf) }
+func (s *kvScratch) endValue()   { s.kvs[len(s.kvs)-1][2] = len(s.buf) }
 
 // raw ends the pair begun last with v as it is.
 func (s *kvScratch) raw(v []byte) {
-	kv := &s.kvs[len(s.kvs)-1]
-	kv[1] = len(s.buf)
+	s.startValue()
 	s.buf = append(s.buf, v...)
-	kv[2] = len(s.buf)
+	s.endValue()
 }
 
 // apply sets every pair gathered into b.
