@@ -23,7 +23,7 @@ const throughputSessions = 200
 // /metrics), the server's CPU per 1,000 acks and entries per CPU-second
 // (from /proc), and one goroutine's raw fsyncs/s on the same disk measured
 // in the same run, with the ratio of the two. Run it with a fixed count,
-// e.g. -benchtime 40000x.
+// e.g. -benchtime 300000x (long enough for Pebble to flush and compact).
 func BenchmarkAckThroughput(b *testing.B) {
 	srv := startServer(b, "--rate", "0")
 	raw := rawFsyncRate(b, srv.dir, time.Second)
