@@ -112,7 +112,7 @@ func TestCLI(t *testing.T) {
 		}
 		c := dial(t, p.wsURL())
 		if s := c.hello(body.Token, "", 0); s.Reason != "new" || s.SessionID == "" {
-			t.Errorf("hello with a dev token: %s", s.raw)
+			t.Errorf("hello with a dev token: %s", s.Raw)
 		}
 		if code, _ := p.term(10 * time.Second); code != 0 {
 			t.Errorf("exit %d after SIGTERM", code)

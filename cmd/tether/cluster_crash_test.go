@@ -138,7 +138,7 @@ func TestClusterTwoKills(t *testing.T) {
 	c.kill9(b)
 	survivors := c.alive()
 	for i, s := range ss {
-		_ = s.cl.ws.Close() // every client reconnects, to a survivor
+		_ = s.cl.WS.Close() // every client reconnects, to a survivor
 		s.resume(survivors[i%len(survivors)])
 	}
 	t.Logf("killed %s and %s (%d of %d sessions had copies on both); every session attached again %v after the first kill",
@@ -207,7 +207,7 @@ func TestClusterSIGTERM(t *testing.T) {
 		s.check(c.alive()[0])
 		n := 0
 		for _, e := range s.log.bySeq {
-			if e.Role == "user" && e.md("id") == "last" {
+			if e.Role == "user" && e.MD("id") == "last" {
 				n++
 			}
 		}

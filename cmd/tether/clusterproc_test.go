@@ -183,7 +183,7 @@ func (c *pcluster) newSession(user string, via int) *psession {
 	s.cl = dial(c.t, c.procs[via].wsURL())
 	f := s.cl.hello(s.tok, "", 0)
 	if f.Resumed || f.Reason != "new" {
-		c.t.Fatalf("new session: %s", f.raw)
+		c.t.Fatalf("new session: %s", f.Raw)
 	}
 	s.sid = f.SessionID
 	return s
@@ -213,7 +213,7 @@ func (s *psession) see(f frame) {
 	case "ack":
 		s.acked[f.ID] = f.Seq
 	case "error":
-		s.t.Errorf("%s: error frame %s", s.sid, f.raw)
+		s.t.Errorf("%s: error frame %s", s.sid, f.Raw)
 	}
 }
 
@@ -227,7 +227,7 @@ func (s *psession) send(started bool) uint64 {
 	ack := s.cl.until(20*time.Second, "ack "+id, s.see, func(f frame) bool { return f.Type == "ack" && f.ID == id })
 	if started {
 		s.cl.until(20*time.Second, "tool call of "+id, s.see, func(f frame) bool {
-			return f.Type == "message" && f.Role == "tool" && f.md("status") == "started" && replyTo(f) == ack.Seq
+			return f.Type == "message" && f.Role == "tool" && f.MD("status") == "started" && replyTo(f) == ack.Seq
 		})
 	}
 	return ack.Seq
@@ -263,13 +263,13 @@ func (s *psession) closed() int {
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
-		case f, ok := <-s.cl.frames:
+		case f, ok := <-s.cl.Frames():
 			if ok {
 				s.see(f)
 				continue
 			}
 			var ce *websocket.CloseError
-			if errors.As(s.cl.readErr, &ce) {
+			if errors.As(s.cl.Err(), &ce) {
 				return ce.Code
 			}
 			return -1
@@ -290,16 +290,16 @@ func (s *psession) resume(via int) {
 		f, ok := cl.next(30 * time.Second)
 		if ok && f.Type == "session" {
 			if !f.Resumed {
-				s.t.Fatalf("%s not resumed via %s: %s", s.sid, s.c.ids[via], f.raw)
+				s.t.Fatalf("%s not resumed via %s: %s", s.sid, s.c.ids[via], f.Raw)
 			}
 			s.cl, s.via = cl, via
 			s.cl.until(20*time.Second, "history_batch", s.see, func(f frame) bool { return f.Type == "history_batch" })
 			return
 		}
 		if ok && (f.Type != "error" || f.Code != "unavailable") {
-			s.t.Fatalf("resume %s via %s: %s", s.sid, s.c.ids[via], f.raw)
+			s.t.Fatalf("resume %s via %s: %s", s.sid, s.c.ids[via], f.Raw)
 		}
-		_ = cl.ws.Close()
+		_ = cl.WS.Close()
 		if time.Now().After(deadline) {
 			s.t.Fatalf("%s: no resume via %s within 30s", s.sid, s.c.ids[via])
 		}
@@ -313,11 +313,11 @@ func (s *psession) resume(via int) {
 func (s *psession) check(via int) {
 	s.t.Helper()
 	cl := dial(s.t, s.c.procs[via].wsURL())
-	defer func() { _ = cl.ws.Close() }()
+	defer func() { _ = cl.WS.Close() }()
 	f := cl.hello(s.tok, s.sid, 0)
 	b := cl.expect("history_batch", 20*time.Second)
 	if !f.Resumed || b.Omitted != 0 || uint64(len(b.Messages)) != f.LastSeq {
-		s.t.Fatalf("%s: whole log via %s: %d of %d entries (%s)", s.sid, s.c.ids[via], len(b.Messages), f.LastSeq, f.raw)
+		s.t.Fatalf("%s: whole log via %s: %d of %d entries (%s)", s.sid, s.c.ids[via], len(b.Messages), f.LastSeq, f.Raw)
 	}
 	all := newEntryLog(s.t)
 	for i, m := range b.Messages {
@@ -328,18 +328,18 @@ func (s *psession) check(via int) {
 	}
 	for seq, m := range s.log.bySeq {
 		if e := all.bySeq[seq]; e.Role != m.Role || e.Content != m.Content {
-			s.t.Errorf("%s: seq %d was shown as %s; the log has %s", s.sid, seq, m.raw, e.raw)
+			s.t.Errorf("%s: seq %d was shown as %s; the log has %s", s.sid, seq, m.Raw, e.Raw)
 		}
 	}
 	for id, seq := range s.acked {
-		if e := all.bySeq[seq]; e.Role != "user" || e.md("id") != id {
-			s.t.Errorf("%s: send %s was acked as seq %d; the log has %s (of %d): an acked entry was lost", s.sid, id, seq, e.raw, f.LastSeq)
+		if e := all.bySeq[seq]; e.Role != "user" || e.MD("id") != id {
+			s.t.Errorf("%s: send %s was acked as seq %d; the log has %s (of %d): an acked entry was lost", s.sid, id, seq, e.Raw, f.LastSeq)
 		}
 	}
 	calls := map[string][]string{}
 	for _, m := range b.Messages {
 		if m.Role == "tool" {
-			calls[m.md("call_id")] = append(calls[m.md("call_id")], m.md("status"))
+			calls[m.MD("call_id")] = append(calls[m.MD("call_id")], m.MD("status"))
 		}
 	}
 	for id, st := range calls {

@@ -27,7 +27,7 @@ func TestCrashKeepsAckedEntries(t *testing.T) {
 	c := dial(t, p.wsURL())
 	s := c.hello(tok, "", 0)
 	if s.Resumed || s.Reason != "new" || s.LastSeq != 0 {
-		t.Fatalf("new session frame: %s", s.raw)
+		t.Fatalf("new session frame: %s", s.Raw)
 	}
 	sid := s.SessionID
 
@@ -37,7 +37,7 @@ func TestCrashKeepsAckedEntries(t *testing.T) {
 	go func() {
 		k := 0
 		for i := range n {
-			if c.write(sendFrame(id(i), content(i))) != nil {
+			if c.Write(sendFrame(id(i), content(i))) != nil {
 				break
 			}
 			k++
@@ -51,7 +51,7 @@ func TestCrashKeepsAckedEntries(t *testing.T) {
 read:
 	for {
 		select {
-		case f, ok := <-c.frames:
+		case f, ok := <-c.Frames():
 			if !ok {
 				break read
 			}
@@ -70,14 +70,14 @@ read:
 					killed = true
 				}
 			case "error":
-				t.Errorf("error frame: %s", f.raw)
+				t.Errorf("error frame: %s", f.Raw)
 			}
 		case <-deadline:
 			t.Fatalf("connection still open 30s in; %d acks, killed=%v", len(acked), killed)
 		}
 	}
 	if !killed {
-		t.Fatalf("connection ended after %d acks, before the kill: %v", len(acked), c.readErr)
+		t.Fatalf("connection ended after %d acks, before the kill: %v", len(acked), c.Err())
 	}
 	t.Logf("%d sends written, %d acked before the SIGKILL", <-sent, len(acked))
 	if len(acked) == n {
@@ -91,7 +91,7 @@ read:
 	c2 := dial(t, p2.wsURL())
 	s2 := c2.hello(tok, sid, 0)
 	if !s2.Resumed || s2.Reason != "resumed" || s2.Status != "active" || s2.SessionID != sid {
-		t.Fatalf("resume after crash: %s", s2.raw)
+		t.Fatalf("resume after crash: %s", s2.Raw)
 	}
 	if s2.LastSeq < lastAck {
 		t.Fatalf("resumed last_seq %d < newest acked seq %d: acked entries lost", s2.LastSeq, lastAck)
@@ -120,7 +120,7 @@ read:
 		if e.Role != "user" {
 			continue
 		}
-		sendID := e.md("id")
+		sendID := e.MD("id")
 		if prev, dup := stored[sendID]; dup {
 			t.Errorf("send %s stored twice: seq %d and %d", sendID, prev, seq)
 		}
@@ -135,8 +135,8 @@ read:
 		switch {
 		case !found:
 			t.Errorf("acked %s (seq %d) lost", id(i), seq)
-		case e.Role != "user" || e.md("id") != id(i) || e.Content != content(i):
-			t.Errorf("acked %s as seq %d, but seq %d is %s", id(i), seq, seq, e.raw)
+		case e.Role != "user" || e.MD("id") != id(i) || e.Content != content(i):
+			t.Errorf("acked %s as seq %d, but seq %d is %s", id(i), seq, seq, e.Raw)
 		}
 	}
 
@@ -155,7 +155,7 @@ read:
 			}
 			again[f.ID] = f.Seq
 		case "error":
-			t.Errorf("error frame: %s", f.raw)
+			t.Errorf("error frame: %s", f.Raw)
 		}
 	}, func(frame) bool { return len(again) == n })
 	for i := range n {
@@ -199,13 +199,13 @@ read:
 	ids := make(map[string]int)
 	for seq, e := range final.bySeq {
 		if live, ok := l.bySeq[seq]; !ok || live.Content != e.Content || live.Role != e.Role {
-			t.Errorf("seq %d differs between live stream and history: %s vs %s", seq, live.raw, e.raw)
+			t.Errorf("seq %d differs between live stream and history: %s vs %s", seq, live.Raw, e.Raw)
 		}
 		switch e.Role {
 		case "user":
-			ids[e.md("id")]++
-			if want := strings.Replace(e.md("id"), "c-", "message ", 1) + ", crash or not"; e.Content != want {
-				t.Errorf("seq %d: content %q for id %s", seq, e.Content, e.md("id"))
+			ids[e.MD("id")]++
+			if want := strings.Replace(e.MD("id"), "c-", "message ", 1) + ", crash or not"; e.Content != want {
+				t.Errorf("seq %d: content %q for id %s", seq, e.Content, e.MD("id"))
 			}
 		case "agent":
 			replies[replyTo(e)]++
@@ -236,11 +236,11 @@ func TestInterruptedSurvivesRestart(t *testing.T) {
 		c := dial(t, p.wsURL())
 		s := c.hello(tok, sid, 0)
 		if !s.Resumed || s.Reason != "resumed" || s.Status != "active" || s.LastSeq != 2 {
-			t.Fatalf("resume %s: %s", sid, s.raw)
+			t.Fatalf("resume %s: %s", sid, s.Raw)
 		}
 		b := c.expect("history_batch", 10*time.Second)
 		if len(b.Messages) != 2 || b.Messages[0].Content != text || b.Messages[1].Role != "agent" {
-			t.Fatalf("resume %s: batch %s", sid, b.raw)
+			t.Fatalf("resume %s: batch %s", sid, b.Raw)
 		}
 	}
 
@@ -340,19 +340,19 @@ func TestGracefulShutdown(t *testing.T) {
 	c2 := dial(t, p2.wsURL())
 	s := c2.hello(tok, sid, 0)
 	if !s.Resumed || s.Reason != "resumed" || s.LastSeq != 6 {
-		t.Fatalf("resume after SIGTERM: %s", s.raw)
+		t.Fatalf("resume after SIGTERM: %s", s.Raw)
 	}
 	b := c2.expect("history_batch", 10*time.Second)
 	if len(b.Messages) != 6 || b.FirstSeq != 1 || b.LastSeq != 6 {
-		t.Fatalf("resume batch: %s", b.raw)
+		t.Fatalf("resume batch: %s", b.Raw)
 	}
 	for i := range 3 {
 		u, a := b.Messages[2*i], b.Messages[2*i+1]
-		if want := fmt.Sprintf("before the restart %d", i); u.Role != "user" || u.Content != want || u.md("id") != fmt.Sprintf("g-%d", i) {
-			t.Errorf("entry %d: %s", u.Seq, u.raw)
+		if want := fmt.Sprintf("before the restart %d", i); u.Role != "user" || u.Content != want || u.MD("id") != fmt.Sprintf("g-%d", i) {
+			t.Errorf("entry %d: %s", u.Seq, u.Raw)
 		}
 		if a.Role != "agent" || a.Content != "Agent reply: "+u.Content {
-			t.Errorf("entry %d: %s", a.Seq, a.raw)
+			t.Errorf("entry %d: %s", a.Seq, a.Raw)
 		}
 	}
 	// The log goes on from 6: no seq is reused.
@@ -397,12 +397,12 @@ func toolRun(t *testing.T, tok string, flags ...string) (p *proc, sid string, us
 	c.mustWrite(sendFrame("q-1", "compare two laptops"))
 	ack := c.until(10*time.Second, "ack", failOnError(t), func(f frame) bool { return f.Type == "ack" })
 	started := c.until(10*time.Second, "tool started", failOnError(t), func(f frame) bool {
-		return f.Type == "message" && f.Role == "tool" && f.md("status") == "started"
+		return f.Type == "message" && f.Role == "tool" && f.MD("status") == "started"
 	})
-	if started.md("name") != "search" || started.md("call_id") == "" || replyTo(started) != ack.Seq {
-		t.Fatalf("started entry: %s", started.raw)
+	if started.MD("name") != "search" || started.MD("call_id") == "" || replyTo(started) != ack.Seq {
+		t.Fatalf("started entry: %s", started.Raw)
 	}
-	return p, sid, ack.Seq, started.md("call_id")
+	return p, sid, ack.Seq, started.MD("call_id")
 }
 
 // turnAfterRestart resumes sid on p and reads until the agent's reply to
@@ -412,7 +412,7 @@ func turnAfterRestart(t *testing.T, p *proc, tok, sid string, userSeq uint64) *e
 	c := dial(t, p.wsURL())
 	s := c.hello(tok, sid, 0)
 	if !s.Resumed || s.Reason != "resumed" {
-		t.Fatalf("resume after crash: %s", s.raw)
+		t.Fatalf("resume after crash: %s", s.Raw)
 	}
 	l := newEntryLog(t)
 	answered := func() bool {
@@ -438,8 +438,8 @@ func callEntries(t *testing.T, l *entryLog, callID string, userSeq uint64) (stat
 	hi := l.contiguous()
 	for s := uint64(1); s <= hi; s++ {
 		e := l.bySeq[s]
-		if e.Role == "tool" && e.md("call_id") == callID {
-			statuses = append(statuses, e.md("status"))
+		if e.Role == "tool" && e.MD("call_id") == callID {
+			statuses = append(statuses, e.MD("status"))
 			seqs = append(seqs, s)
 			entries = append(entries, e)
 		}
@@ -465,8 +465,8 @@ func TestToolCrashNotIdempotent(t *testing.T) {
 	if len(statuses) != 2 || statuses[0] != "started" || statuses[1] != "failed" {
 		t.Fatalf("call %s logged as %v, want [started failed]", callID, statuses)
 	}
-	if f := entries[1]; f.Content != "interrupted" || f.md("result") != "interrupted" {
-		t.Errorf("failed entry: %s, want content and result \"interrupted\"", f.raw)
+	if f := entries[1]; f.Content != "interrupted" || f.MD("result") != "interrupted" {
+		t.Errorf("failed entry: %s, want content and result \"interrupted\"", f.Raw)
 	}
 	if reply < seqs[1] {
 		t.Errorf("agent reply %d before the failed entry %d", reply, seqs[1])
@@ -498,7 +498,7 @@ func TestToolCrashIdempotent(t *testing.T) {
 			t.Fatalf("call %s logged as %v, want [started completed]", callID, statuses)
 		}
 		if !strings.Contains(entries[1].Content, "Found 3 results") {
-			t.Errorf("completed entry: %s", entries[1].raw)
+			t.Errorf("completed entry: %s", entries[1].Raw)
 		}
 		if reply < seqs[1] {
 			t.Errorf("agent reply %d before the completed entry %d", reply, seqs[1])
@@ -529,8 +529,8 @@ func TestToolCrashIdempotent(t *testing.T) {
 		if len(statuses) != 2 || statuses[0] != "started" || statuses[1] != "failed" {
 			t.Fatalf("call %s logged as %v, want [started failed]", callID, statuses)
 		}
-		if f := entries[1]; f.Content != "interrupted" || f.md("result") != "interrupted" {
-			t.Errorf("failed entry: %s, want \"interrupted\"", f.raw)
+		if f := entries[1]; f.Content != "interrupted" || f.MD("result") != "interrupted" {
+			t.Errorf("failed entry: %s, want \"interrupted\"", f.Raw)
 		}
 		if reply < seqs[1] {
 			t.Errorf("agent reply %d before the failed entry %d", reply, seqs[1])

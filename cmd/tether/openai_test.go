@@ -136,15 +136,15 @@ func TestServeOpenAIEngine(t *testing.T) {
 	var result string
 	reply := c.until(20*time.Second, "agent reply", failOnError(t), func(fr frame) bool {
 		if fr.Type == "message" && fr.Role == "tool" {
-			tool = append(tool, fr.md("name")+" "+fr.md("status"))
-			if fr.md("status") == "completed" {
+			tool = append(tool, fr.MD("name")+" "+fr.MD("status"))
+			if fr.MD("status") == "completed" {
 				result = fr.Content
 			}
 		}
 		return fr.Type == "message" && (fr.Role == "agent" || fr.Role == "system")
 	})
 	if _, err := time.Parse(time.RFC3339, strings.Fields(result + " ")[0]); err != nil || reply.Role != "agent" || reply.Content != "It is "+result+"." {
-		t.Fatalf("tool result %q, reply %s", result, reply.raw)
+		t.Fatalf("tool result %q, reply %s", result, reply.Raw)
 	}
 	if strings.Join(tool, ",") != "get_time started,get_time completed" {
 		t.Fatalf("tool entries %q", tool)

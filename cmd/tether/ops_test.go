@@ -138,7 +138,7 @@ func TestSecondServeSameDataDir(t *testing.T) {
 	}
 	c := dial(t, p.wsURL())
 	if s := c.hello(token(t, "alice"), "", 0); s.Reason != "new" {
-		t.Fatalf("the first node after the second was refused: %s", s.raw)
+		t.Fatalf("the first node after the second was refused: %s", s.Raw)
 	}
 }
 
@@ -162,7 +162,7 @@ func TestJSONLogsAndDebugEvents(t *testing.T) {
 	c.closeNormal()
 	r := dial(t, p.wsURL())
 	if s := r.hello(tok, sid, 0); !s.Resumed {
-		t.Fatalf("resume: %s", s.raw)
+		t.Fatalf("resume: %s", s.Raw)
 	}
 	r.closeNormal()
 

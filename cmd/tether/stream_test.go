@@ -34,7 +34,7 @@ func TestCrashMidStream(t *testing.T) {
 	p2 := p.restart(flags...)
 	c2 := dial(t, p2.wsURL())
 	if s := c2.hello(tok, sid, replySeq-1); !s.Resumed {
-		t.Fatalf("resume after the crash: %s", s.raw)
+		t.Fatalf("resume after the crash: %s", s.Raw)
 	}
 	var again strings.Builder
 	sawFrom0 := false

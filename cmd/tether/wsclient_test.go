@@ -1,200 +1,65 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/gateway/wstest"
 )
 
-// frame is any server frame; which fields are set depends on Type.
-type frame struct {
-	Type string `json:"type"`
-	// session
-	SessionID string         `json:"session_id"`
-	Resumed   bool           `json:"resumed"`
-	Reason    string         `json:"reason"`
-	Status    string         `json:"status"`
-	LastSeq   uint64         `json:"last_seq"` // session and history_batch
-	WindowS   float64        `json:"window_s"`
-	Context   map[string]any `json:"context"`
-	Pending   map[string]any `json:"pending_tool_call"`
-	// message, ack
-	Seq       uint64         `json:"seq"`
-	ID        string         `json:"id"`
-	Role      string         `json:"role"`
-	Content   string         `json:"content"`
-	Timestamp float64        `json:"timestamp"`
-	Metadata  map[string]any `json:"metadata"`
-	// history_batch
-	Messages []frame `json:"messages"`
-	FirstSeq uint64  `json:"first_seq"`
-	Omitted  uint64  `json:"omitted"`
-	Summary  *string `json:"summary"`
-	// error
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// delta
-	Part int    `json:"part"`
-	From *int   `json:"from"`
-	Text string `json:"text"`
+// frame is any server frame (gateway/wstest).
+type frame = wstest.Frame
 
-	raw string
-}
-
-func (f frame) md(key string) string { s, _ := f.Metadata[key].(string); return s }
-
-// wsClient speaks PROTOCOL.md over a raw gorilla connection. One goroutine
-// reads every frame into a channel; writes are serialised.
+// wsClient speaks PROTOCOL.md over a raw gorilla connection
+// (gateway/wstest), with the waits these tests use.
 type wsClient struct {
-	t      *testing.T
-	ws     *websocket.Conn
-	frames chan frame
-	wmu    sync.Mutex
-
-	done    chan struct{} // closed when the reader stopped
-	readErr error
+	*wstest.Conn
+	t *testing.T
 }
 
 func dial(t *testing.T, url string) *wsClient {
 	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	ws, _, err := d.Dial(url, nil)
+	c, err := wstest.Dial(t, url)
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
-	c := &wsClient{t: t, ws: ws, frames: make(chan frame, 8192), done: make(chan struct{})}
-	t.Cleanup(func() { ws.Close() })
-	go c.readLoop()
-	return c
+	return &wsClient{Conn: c, t: t}
 }
 
-func (c *wsClient) readLoop() {
-	defer close(c.done)
-	defer close(c.frames)
-	for {
-		_, data, err := c.ws.ReadMessage()
-		if err != nil {
-			c.readErr = err
-			return
-		}
-		var f frame
-		if err := json.Unmarshal(data, &f); err != nil {
-			c.readErr = fmt.Errorf("bad frame %q: %w", data, err)
-			return
-		}
-		f.raw = string(data)
-		if len(f.Messages) > 0 {
-			var b struct {
-				Messages []json.RawMessage `json:"messages"`
-			}
-			if json.Unmarshal(data, &b) == nil && len(b.Messages) == len(f.Messages) {
-				for i := range f.Messages {
-					f.Messages[i].raw = string(b.Messages[i])
-				}
-			}
-		}
-		c.frames <- f
-	}
-}
-
-func (c *wsClient) write(v any) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	return c.ws.WriteJSON(v)
-}
-
-func (c *wsClient) mustWrite(v any) {
-	c.t.Helper()
-	if err := c.write(v); err != nil {
-		c.t.Fatalf("write %v: %v", v, err)
-	}
-}
+func (c *wsClient) mustWrite(v any) { c.t.Helper(); c.MustWrite(v) }
 
 // next returns the next frame; ok is false when the connection ended.
-func (c *wsClient) next(timeout time.Duration) (frame, bool) {
-	c.t.Helper()
-	select {
-	case f, ok := <-c.frames:
-		return f, ok
-	case <-time.After(timeout):
-		c.t.Fatalf("no frame within %v", timeout)
-		return frame{}, false
-	}
-}
+func (c *wsClient) next(timeout time.Duration) (frame, bool) { c.t.Helper(); return c.Next(timeout) }
 
 // expect returns the next frame and fails unless it has type typ.
 func (c *wsClient) expect(typ string, timeout time.Duration) frame {
 	c.t.Helper()
-	f, ok := c.next(timeout)
-	if !ok {
-		c.t.Fatalf("connection ended waiting for %s: %v", typ, c.readErr)
-	}
-	if f.Type != typ {
-		c.t.Fatalf("got %s, want %s", f.raw, typ)
-	}
-	return f
+	return c.Expect(typ, timeout)
 }
 
 // until reads frames, passing each to seen, until match accepts one.
 func (c *wsClient) until(timeout time.Duration, what string, seen func(frame), match func(frame) bool) frame {
 	c.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case f, ok := <-c.frames:
-			if !ok {
-				c.t.Fatalf("connection ended waiting for %s: %v", what, c.readErr)
-			}
-			if seen != nil {
-				seen(f)
-			}
-			if match(f) {
-				return f
-			}
-		case <-deadline:
-			c.t.Fatalf("no %s within %v", what, timeout)
-		}
-	}
+	return c.Until(timeout, what, seen, match)
 }
 
 // hello sends a hello and returns the session frame.
 func (c *wsClient) hello(tok, sid string, lastSeq uint64) frame {
 	c.t.Helper()
-	h := map[string]any{"type": "hello", "token": tok}
-	if sid != "" {
-		h["session_id"] = sid
-		h["last_seq"] = lastSeq
+	f := c.Hello(tok, sid, lastSeq, 10*time.Second)
+	if f.Type != "session" {
+		c.t.Fatalf("got %s, want session", f.Raw)
 	}
-	c.mustWrite(h)
-	return c.expect("session", 10*time.Second)
+	return f
 }
 
 // closeCode waits for the connection to end and returns the close code the
 // server sent, or -1 when it ended without a close frame.
 func (c *wsClient) closeCode(timeout time.Duration) int {
 	c.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case _, ok := <-c.frames:
-			if ok {
-				continue
-			}
-			var ce *websocket.CloseError
-			if errors.As(c.readErr, &ce) {
-				return ce.Code
-			}
-			return -1
-		case <-deadline:
-			c.t.Fatalf("connection still open %v later", timeout)
-		}
-	}
+	return c.CloseCode(timeout, nil)
 }
 
 // log collects message entries by seq, whether they come live or in a
@@ -210,8 +75,8 @@ func newEntryLog(t *testing.T) *entryLog { return &entryLog{t: t, bySeq: make(ma
 func (l *entryLog) add(f frame) {
 	l.t.Helper()
 	if old, ok := l.bySeq[f.Seq]; ok {
-		if old.Role != f.Role || old.Content != f.Content || old.md("call_id") != f.md("call_id") || old.md("status") != f.md("status") {
-			l.t.Errorf("seq %d delivered twice with different entries: %+v / %+v", f.Seq, old.raw, f.raw)
+		if old.Role != f.Role || old.Content != f.Content || old.MD("call_id") != f.MD("call_id") || old.MD("status") != f.MD("status") {
+			l.t.Errorf("seq %d delivered twice with different entries: %+v / %+v", f.Seq, old.Raw, f.Raw)
 		}
 		return
 	}
@@ -280,9 +145,8 @@ func (c *wsClient) pageAll(l *entryLog, before uint64, limit int) {
 // server's answer.
 func (c *wsClient) closeNormal() {
 	c.t.Helper()
-	c.wmu.Lock()
-	err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(5*time.Second))
-	c.wmu.Unlock()
+	// gorilla lets WriteControl run alongside the other writes.
+	err := c.WS.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(5*time.Second))
 	if err != nil {
 		c.t.Fatalf("close: %v", err)
 	}
@@ -317,7 +181,7 @@ func failOnError(t *testing.T) func(frame) {
 	return func(f frame) {
 		t.Helper()
 		if f.Type == "error" {
-			t.Errorf("server error frame: %s", f.raw)
+			t.Errorf("server error frame: %s", f.Raw)
 		}
 	}
 }

@@ -25,13 +25,13 @@ import (
 // when sendWait returns.
 func sendWait(c *wsc, l *ledger, id, content string, started bool) (ackSeq uint64) {
 	c.t.Helper()
-	if err := c.write(sendFrame(id, content)); err != nil {
+	if err := c.Write(sendFrame(id, content)); err != nil {
 		c.t.Fatalf("send %s: %v", id, err)
 	}
 	ack := c.until("ack "+id, c.follow(l), func(f frame) bool { return f.Type == "ack" && f.ID == id })
 	if started {
 		c.until("tool call of "+id, c.follow(l), func(f frame) bool {
-			return f.Type == "message" && f.Role == "tool" && f.md("status") == "started" && replyTo(f) == ack.Seq
+			return f.Type == "message" && f.Role == "tool" && f.MD("status") == "started" && replyTo(f) == ack.Seq
 		})
 	}
 	return ack.Seq
@@ -56,7 +56,7 @@ func resume(t testing.TB, n *tnode, l *ledger, tok, sid string, last uint64) *ws
 	c.last = last
 	s := c.hello(tok, sid, last)
 	if s.Type != "session" || !s.Resumed || s.SessionID != sid {
-		t.Fatalf("resume %s via %s at %d: %s", sid, n.id, last, s.raw)
+		t.Fatalf("resume %s via %s at %d: %s", sid, n.id, last, s.Raw)
 	}
 	b := c.until("history_batch", c.follow(l), func(f frame) bool { return f.Type == "history_batch" })
 	if b.Omitted != 0 || b.LastSeq != 0 && b.LastSeq != s.LastSeq {
@@ -73,7 +73,7 @@ func checkCalls(t testing.TB, log []frame, nodes ...*tnode) int {
 	status := map[string][]string{}
 	for _, e := range log {
 		if e.Role == "tool" {
-			status[e.md("call_id")] = append(status[e.md("call_id")], e.md("status"))
+			status[e.MD("call_id")] = append(status[e.MD("call_id")], e.MD("status"))
 		}
 	}
 	for id, st := range status {
@@ -105,23 +105,23 @@ func TestResumeViaAnyNode(t *testing.T) {
 	c1 := dial(t, n1)
 	s := c1.hello(tok, "", 0)
 	if s.Type != "session" || s.Resumed || s.Reason != "new" {
-		t.Fatalf("new session: %s", s.raw)
+		t.Fatalf("new session: %s", s.Raw)
 	}
 	sid := s.SessionID
 	t.Logf("session owned by %s", owner(t, sid, c.nodes...).id)
 
 	u1 := sendWait(c1, l, "m1", "flights to Lisbon", true)
-	c1.drop() // the tool call is running on the owner
+	c1.Drop() // the tool call is running on the owner
 	c2 := resume(t, n2, l, tok, sid, c1.last)
 	c2.until("reply to m1", c2.follow(l), isReplyTo(u1))
 
 	u2 := sendWait(c2, l, "m2", "hotels in Lisbon", true)
-	c2.drop()
+	c2.Drop()
 	c3 := resume(t, n3, l, tok, sid, c2.last)
 	c3.until("reply to m2", c3.follow(l), isReplyTo(u2))
 	u3 := sendWait(c3, l, "m3", "trains to Porto", false)
 	c3.until("reply to m3", c3.follow(l), isReplyTo(u3))
-	c3.drop()
+	c3.Drop()
 
 	log := wholeLog(t, n1, tok, sid)
 	last := l.check(log)
@@ -266,7 +266,7 @@ func TestCreateNeedsItsReplicas(t *testing.T) {
 		cl := dial(t, n1)
 		f := cl.hello(token(t, "alice"), "", 0)
 		if f.Type != "error" || f.Code != "unavailable" {
-			t.Fatalf("create with a replica down: %s", f.raw)
+			t.Fatalf("create with a replica down: %s", f.Raw)
 		}
 		if code := cl.closeCode(nil); code != 1013 {
 			t.Fatalf("close %d, want 1013", code)

@@ -47,27 +47,27 @@ func TestForwardedBatchEncodedByOwner(t *testing.T) {
 		}
 	}
 	for i, id := range []string{"m1", "m2", "m3"} {
-		if err := first.write(sendFrame(id, "hello")); err != nil {
+		if err := first.Write(sendFrame(id, "hello")); err != nil {
 			t.Fatal(err)
 		}
 		first.until("reply "+id, nil, func(f frame) bool { return f.Type == "message" && f.Role == "agent" && f.Seq == uint64(2*i+2) })
 	}
-	first.drop()
+	first.Drop()
 
 	// Through a gateway: the owner encodes the batch.
 	before := own.Cluster.Stats().Frames
 	a := dial(t, other)
 	if s := a.hello(tok, sid, 2); !s.Resumed {
-		t.Fatalf("resume via %s: %s", other.id, s.raw)
+		t.Fatalf("resume via %s: %s", other.id, s.Raw)
 	}
 	b := a.until("history_batch", nil, func(f frame) bool { return f.Type == "history_batch" })
 	if len(b.Messages) != 4 || b.FirstSeq != 3 || b.Messages[3].Seq != 6 || b.Messages[3].Content != "Agent reply: hello" {
-		t.Fatalf("history_batch via %s: %s", other.id, b.raw)
+		t.Fatalf("history_batch via %s: %s", other.id, b.Raw)
 	}
 	if got := own.Cluster.Stats().Frames; got != before+1 {
 		t.Fatalf("the owner encoded %d batches for the forwarded resume, want 1", got-before)
 	}
-	a.drop()
+	a.Drop()
 
 	// A plain connection: the batch arrives as a value.
 	before = own.Cluster.Stats().Frames

@@ -71,12 +71,12 @@ func TestStreamResumeThroughOtherNodes(t *testing.T) {
 					via = append(via, n)
 				}
 			}
-			first.drop()
+			first.Drop()
 			a := dial(t, via[0])
 			if s := a.hello(tok, sid, 0); !s.Resumed {
-				t.Fatalf("resume via %s: %s", via[0].id, s.raw)
+				t.Fatalf("resume via %s: %s", via[0].id, s.Raw)
 			}
-			if err := a.write(sendFrame("m1", "go")); err != nil {
+			if err := a.Write(sendFrame("m1", "go")); err != nil {
 				t.Fatal(err)
 			}
 			a.until("ack", nil, func(f frame) bool { return f.Type == "ack" && f.ID == "m1" })
@@ -85,11 +85,11 @@ func TestStreamResumeThroughOtherNodes(t *testing.T) {
 				e.parts <- p
 				d, from := deltaFrom(a)
 				if from != i || d.Part != i || d.Text != p {
-					t.Fatalf("live delta %d via %s: %s", i, via[0].id, d.raw)
+					t.Fatalf("live delta %d via %s: %s", i, via[0].id, d.Raw)
 				}
 				seq = d.Seq
 			}
-			a.drop()
+			a.Drop()
 			e.parts <- "d " // while the client is away
 
 			b := dial(t, via[1])
@@ -97,11 +97,11 @@ func TestStreamResumeThroughOtherNodes(t *testing.T) {
 			if withMark {
 				h["stream"] = map[string]any{"seq": seq, "part": 2}
 			}
-			if err := b.write(h); err != nil {
+			if err := b.Write(h); err != nil {
 				t.Fatal(err)
 			}
 			if s := b.until("session", nil, func(f frame) bool { return f.Type == "session" }); !s.Resumed {
-				t.Fatalf("resume via %s: %s", via[1].id, s.raw)
+				t.Fatalf("resume via %s: %s", via[1].id, s.Raw)
 			}
 			wantFrom, want := 3, "d "
 			if !withMark {
@@ -120,14 +120,14 @@ func TestStreamResumeThroughOtherNodes(t *testing.T) {
 			}
 			e.parts <- "e"
 			if d, from := deltaFrom(b); from != 4 || d.Part != 4 || d.Text != "e" {
-				t.Fatalf("live part after the catch-up: %s", d.raw)
+				t.Fatalf("live part after the catch-up: %s", d.Raw)
 			}
 			e.parts <- ""
 			m := b.until("final message", nil, func(f frame) bool { return f.Type == "message" && f.Seq == seq })
 			if m.Content != "a b c d e" || m.Role != "agent" {
-				t.Fatalf("final message %s", m.raw)
+				t.Fatalf("final message %s", m.Raw)
 			}
-			b.drop()
+			b.Drop()
 		})
 	}
 }

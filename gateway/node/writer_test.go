@@ -45,7 +45,7 @@ func startWriter(t testing.TB, name string, pick func(int) *tnode) *writer {
 	c := dial(t, n)
 	s := c.hello(w.tok, "", 0)
 	if s.Type != "session" {
-		t.Fatalf("%s: new session via %s: %s", name, n.id, s.raw)
+		t.Fatalf("%s: new session via %s: %s", name, n.id, s.Raw)
 	}
 	w.sid = s.SessionID
 	w.through = append(w.through, n.id)
@@ -117,12 +117,12 @@ func (w *writer) reconnect(attempt int) *wsc {
 				stop := w.stopped
 				w.mu.Unlock()
 				if stop {
-					c.drop()
+					c.Drop()
 					return nil
 				}
 				return c
 			}
-			c.drop()
+			c.Drop()
 		}
 		w.mu.Lock()
 		w.refusals++
@@ -138,7 +138,7 @@ func (w *writer) reconnect(attempt int) *wsc {
 // hello resumes on c and reads up to the history_batch.
 func (w *writer) hello(c *wsc, last uint64) error {
 	c.last = last
-	if err := c.write(map[string]any{"type": "hello", "token": w.tok, "session_id": w.sid, "last_seq": last}); err != nil {
+	if err := c.Write(map[string]any{"type": "hello", "token": w.tok, "session_id": w.sid, "last_seq": last}); err != nil {
 		return err
 	}
 	for {
@@ -150,7 +150,7 @@ func (w *writer) hello(c *wsc, last uint64) error {
 		case f.Type == "error":
 			return fmt.Errorf("%s: %s", f.Code, f.Message) // unavailable: retry elsewhere
 		case f.Type == "session" && !f.Resumed:
-			w.t.Errorf("%s: session %s not resumed: %s", w.name, w.sid, f.raw)
+			w.t.Errorf("%s: session %s not resumed: %s", w.name, w.sid, f.Raw)
 			return errors.New("not resumed")
 		case f.Type == "history_batch":
 			c.follow(w.l)(f)
@@ -163,9 +163,9 @@ func (w *writer) hello(c *wsc, last uint64) error {
 // frame reads one frame (a slow server is a failure after waitFor).
 func (w *writer) frame(c *wsc) (frame, error) {
 	select {
-	case f, ok := <-c.frames:
+	case f, ok := <-c.Frames():
 		if !ok {
-			return frame{}, c.err
+			return frame{}, c.Err()
 		}
 		return f, nil
 	case <-time.After(waitFor):
@@ -181,14 +181,14 @@ func (w *writer) write(c *wsc, next int, pending string) (int, string, int) {
 	for {
 		if pending == "" {
 			if w.isStopped() {
-				c.drop()
+				c.Drop()
 				return next, "", 0
 			}
 			pending = fmt.Sprintf("%s-%d", w.name, next)
 			next++
 			time.Sleep(pace) // a person typing, not a flood
 		}
-		if err := c.write(sendFrame(pending, "message "+pending)); err != nil {
+		if err := c.Write(sendFrame(pending, "message "+pending)); err != nil {
 			return next, pending, w.closed(c)
 		}
 		for acked := false; !acked; {
@@ -216,15 +216,15 @@ func (w *writer) write(c *wsc, next int, pending string) (int, string, int) {
 // A connection still open (the server stopped answering) is dropped.
 func (w *writer) closed(c *wsc) int {
 	select {
-	case <-c.done:
+	case <-c.Done():
 	case <-time.After(time.Second):
-		w.t.Logf("%s (session %s, after seq %d): no answer in %v on %s; dropping the connection", w.name, w.sid, c.last, waitFor, c.url)
-		c.drop()
+		w.t.Logf("%s (session %s, after seq %d): no answer in %v on %s; dropping the connection", w.name, w.sid, c.last, waitFor, c.URL)
+		c.Drop()
 	}
-	for range c.frames {
+	for range c.Frames() {
 	}
 	var ce *websocket.CloseError
-	if errors.As(c.err, &ce) {
+	if errors.As(c.Err(), &ce) {
 		return ce.Code
 	}
 	return -1
@@ -274,7 +274,7 @@ func (w *writer) reconnectNow() {
 	c := w.cur
 	w.mu.Unlock()
 	if c != nil {
-		_ = c.ws.NetConn().Close()
+		_ = c.WS.NetConn().Close()
 	}
 }
 
@@ -289,7 +289,7 @@ func (w *writer) stop() {
 	c := w.cur
 	w.mu.Unlock()
 	if c != nil {
-		_ = c.ws.NetConn().Close()
+		_ = c.WS.NetConn().Close()
 	}
 	<-w.done
 }

@@ -1,55 +1,26 @@
 package node_test
 
-// A client speaking PROTOCOL.md over a raw WebSocket, and a ledger that
-// checks what every client of a session saw against the session's log.
+// A client speaking PROTOCOL.md over a raw WebSocket (gateway/wstest),
+// and a ledger that checks what every client of a session saw against the
+// session's log.
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/tether-dev/tether/gateway/wstest"
 )
 
-// frame is any server frame; which fields are set depends on Type.
-type frame struct {
-	Type      string         `json:"type"`
-	SessionID string         `json:"session_id"`
-	Resumed   bool           `json:"resumed"`
-	Reason    string         `json:"reason"`
-	LastSeq   uint64         `json:"last_seq"`
-	Seq       uint64         `json:"seq"`
-	ID        string         `json:"id"`
-	Role      string         `json:"role"`
-	Content   string         `json:"content"`
-	Metadata  map[string]any `json:"metadata"`
-	Messages  []frame        `json:"messages"`
-	FirstSeq  uint64         `json:"first_seq"`
-	Omitted   uint64         `json:"omitted"`
-	Code      string         `json:"code"`
-	Message   string         `json:"message"`
-	Part      int            `json:"part"`
-	From      *int           `json:"from"`
-	Text      string         `json:"text"`
-	raw       string
-}
+// frame is any server frame (gateway/wstest).
+type frame = wstest.Frame
 
-func (f frame) md(key string) string { s, _ := f.Metadata[key].(string); return s }
-
-// wsc is one connection. A goroutine reads every frame into frames; the
-// test reads them from there. Writes are serialised.
+// wsc is one connection, with the waits these tests use (all bounded by
+// waitFor).
 type wsc struct {
-	t      testing.TB
-	url    string
-	ws     *websocket.Conn
-	frames chan frame
-	wmu    sync.Mutex
-	done   chan struct{}
-	err    error  // why reading ended; read after done
-	last   uint64 // the newest seq this connection was shown, see follow
+	*wstest.Conn
+	t    testing.TB
+	last uint64 // the newest seq this connection was shown, see follow
 }
 
 // dial connects to a node's WebSocket.
@@ -63,141 +34,34 @@ func dial(t testing.TB, n *tnode) *wsc {
 }
 
 func dialURL(t testing.TB, url string) (*wsc, error) {
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	ws, resp, err := d.Dial(url, nil)
+	c, err := wstest.Dial(t, url)
 	if err != nil {
 		return nil, err
 	}
-	resp.Body.Close()
-	c := &wsc{t: t, url: url, ws: ws, frames: make(chan frame, 1<<14), done: make(chan struct{})}
-	t.Cleanup(func() { ws.Close(); <-c.done })
-	go c.read()
-	return c, nil
-}
-
-func (c *wsc) read() {
-	defer close(c.done)
-	defer close(c.frames)
-	for {
-		_, data, err := c.ws.ReadMessage()
-		if err != nil {
-			c.err = err
-			return
-		}
-		var f frame
-		if err := json.Unmarshal(data, &f); err != nil {
-			c.err = fmt.Errorf("bad frame %q: %w", data, err)
-			return
-		}
-		f.raw = string(data)
-		if len(f.Messages) > 0 {
-			var b struct {
-				Messages []json.RawMessage `json:"messages"`
-			}
-			if json.Unmarshal(data, &b) == nil && len(b.Messages) == len(f.Messages) {
-				for i := range f.Messages {
-					f.Messages[i].raw = string(b.Messages[i])
-				}
-			}
-		}
-		select {
-		case c.frames <- f:
-		default:
-			c.err = errors.New("test client: frame buffer full")
-			return
-		}
-	}
-}
-
-func (c *wsc) write(v any) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return c.ws.WriteJSON(v)
-}
-
-// drop abandons the connection without a close handshake, as a phone
-// losing signal would.
-func (c *wsc) drop() {
-	_ = c.ws.NetConn().Close()
-	<-c.done
+	return &wsc{Conn: c, t: t}, nil
 }
 
 // next returns the next frame; false once the connection ended.
-func (c *wsc) next(timeout time.Duration) (frame, bool) {
-	c.t.Helper()
-	select {
-	case f, ok := <-c.frames:
-		return f, ok
-	case <-time.After(timeout):
-		c.t.Fatalf("%s: no frame within %v", c.url, timeout)
-		return frame{}, false
-	}
-}
+func (c *wsc) next(timeout time.Duration) (frame, bool) { c.t.Helper(); return c.Next(timeout) }
 
 // until reads frames, giving each to seen, until match accepts one.
 func (c *wsc) until(what string, seen func(frame), match func(frame) bool) frame {
 	c.t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		select {
-		case f, ok := <-c.frames:
-			if !ok {
-				c.t.Fatalf("%s: connection ended waiting for %s: %v", c.url, what, c.err)
-			}
-			if seen != nil {
-				seen(f)
-			}
-			if match(f) {
-				return f
-			}
-		case <-deadline:
-			c.t.Fatalf("%s: no %s within %v", c.url, what, waitFor)
-		}
-	}
+	return c.Until(waitFor, what, seen, match)
 }
 
 // hello sends a hello (a new session when sid is empty) and returns the
 // server's answer: the session frame, or the error frame.
 func (c *wsc) hello(tok, sid string, lastSeq uint64) frame {
 	c.t.Helper()
-	h := map[string]any{"type": "hello", "token": tok}
-	if sid != "" {
-		h["session_id"], h["last_seq"] = sid, lastSeq
-	}
-	if err := c.write(h); err != nil {
-		c.t.Fatalf("hello: %v", err)
-	}
-	f, ok := c.next(waitFor)
-	if !ok {
-		c.t.Fatalf("%s: connection ended before the session frame: %v", c.url, c.err)
-	}
-	return f
+	return c.Hello(tok, sid, lastSeq, waitFor)
 }
 
 // closeCode waits for the connection to end and returns the server's
 // close code, or -1 when it ended without one.
 func (c *wsc) closeCode(seen func(frame)) int {
 	c.t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		select {
-		case f, ok := <-c.frames:
-			if ok {
-				if seen != nil {
-					seen(f)
-				}
-				continue
-			}
-			var ce *websocket.CloseError
-			if errors.As(c.err, &ce) {
-				return ce.Code
-			}
-			return -1
-		case <-deadline:
-			c.t.Fatalf("%s: connection still open %v later", c.url, waitFor)
-		}
-	}
+	return c.CloseCode(waitFor, seen)
 }
 
 // follow returns a wsc.until callback that records frames in l and
@@ -210,19 +74,19 @@ func (c *wsc) follow(l *ledger) func(frame) {
 		switch f.Type {
 		case "history_batch":
 			if len(f.Messages) > 0 && f.FirstSeq != c.last+1 {
-				c.t.Errorf("%s: history_batch from seq %d after seq %d", c.url, f.FirstSeq, c.last)
+				c.t.Errorf("%s: history_batch from seq %d after seq %d", c.URL, f.FirstSeq, c.last)
 			}
 			if len(f.Messages) > 0 {
 				c.last = f.LastSeq
 			}
 		case "message":
 			if f.Seq != c.last+1 {
-				c.t.Errorf("%s: message seq %d after seq %d: not gap-free", c.url, f.Seq, c.last)
+				c.t.Errorf("%s: message seq %d after seq %d: not gap-free", c.URL, f.Seq, c.last)
 			}
 			c.last = f.Seq
 		case "error":
 			if l == nil || !l.allowed(f.Code) {
-				c.t.Errorf("%s: error frame %s", c.url, f.raw)
+				c.t.Errorf("%s: error frame %s", c.URL, f.Raw)
 			}
 		}
 		if l != nil {
@@ -288,15 +152,15 @@ func (l *ledger) observe(f frame) {
 
 func (l *ledger) entry(f frame) {
 	if old, ok := l.seen[f.Seq]; ok && !sameEntry(old, f) {
-		l.t.Errorf("seq %d shown as two entries: %s / %s", f.Seq, old.raw, f.raw)
+		l.t.Errorf("seq %d shown as two entries: %s / %s", f.Seq, old.Raw, f.Raw)
 		return
 	}
 	l.seen[f.Seq] = f
 }
 
 func sameEntry(a, b frame) bool {
-	return a.Role == b.Role && a.Content == b.Content && a.md("id") == b.md("id") &&
-		a.md("call_id") == b.md("call_id") && a.md("status") == b.md("status")
+	return a.Role == b.Role && a.Content == b.Content && a.MD("id") == b.MD("id") &&
+		a.MD("call_id") == b.MD("call_id") && a.MD("status") == b.MD("status")
 }
 
 func (l *ledger) ackedCount() int {
@@ -322,13 +186,13 @@ func (l *ledger) check(log []frame) uint64 {
 	}
 	for seq, f := range l.seen {
 		if e, ok := bySeq[seq]; !ok || !sameEntry(e, f) {
-			l.t.Errorf("seq %d was shown as %s; the log has %s", seq, f.raw, e.raw)
+			l.t.Errorf("seq %d was shown as %s; the log has %s", seq, f.Raw, e.Raw)
 		}
 	}
 	for id, seq := range l.acked {
-		if e, ok := bySeq[seq]; !ok || e.Role != "user" || e.md("id") != id {
+		if e, ok := bySeq[seq]; !ok || e.Role != "user" || e.MD("id") != id {
 			l.t.Errorf("send %s was acked as seq %d; the log has %s there (last seq %d): an acked entry was lost",
-				id, seq, e.raw, len(log))
+				id, seq, e.Raw, len(log))
 		}
 	}
 	return uint64(len(log))
@@ -346,17 +210,17 @@ func wholeLog(t testing.TB, n *tnode, tok, sid string) []frame {
 		if s = c.hello(tok, sid, 0); s.Type != "error" || s.Code != "unavailable" || time.Now().After(deadline) {
 			break
 		}
-		c.drop() // the cluster is settling: retry, as a client would
+		c.Drop() // the cluster is settling: retry, as a client would
 		time.Sleep(50 * time.Millisecond)
 	}
-	defer c.drop()
+	defer c.Drop()
 	if s.Type != "session" || !s.Resumed {
-		t.Fatalf("resume %s via %s: %s", sid, n.id, s.raw)
+		t.Fatalf("resume %s via %s: %s", sid, n.id, s.Raw)
 	}
 	b := c.until("history_batch", nil, func(f frame) bool { return f.Type == "history_batch" })
 	log := b.Messages
 	for len(log) > 0 && log[0].Seq > 1 { // more than one batch holds: page back
-		if err := c.write(map[string]any{"type": "history", "before_seq": log[0].Seq, "limit": 200}); err != nil {
+		if err := c.Write(map[string]any{"type": "history", "before_seq": log[0].Seq, "limit": 200}); err != nil {
 			t.Fatal(err)
 		}
 		h := c.until("history page", nil, func(f frame) bool { return f.Type == "history_batch" })
