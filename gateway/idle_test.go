@@ -21,9 +21,10 @@ func clientFrame(payload string) []byte {
 	return append(h, payload...)
 }
 
-// TestFramesInOneSegment: frames that reach the server in one TCP write,
-// or a frame cut across two writes, are all read and answered — the
-// reader never waits on the socket while its buffer holds a frame.
+// TestFramesInOneSegment: frames that reach the server in one TCP write
+// (a pong among them), or a frame cut across two writes, are all read and
+// answered — the reader never waits on the socket while a frame is
+// buffered.
 func TestFramesInOneSegment(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nodeOpts{})
@@ -49,6 +50,15 @@ func TestFramesInOneSegment(t *testing.T) {
 		}
 	}
 	seq := c.ackOf("s1")
+	c.message(seq, "user")
+	c.message(seq+1, "agent")
+	// A pong and a frame in one write: the idle wait drops the pong
+	// itself and leaves the frame for the reader.
+	pongThenSend := append([]byte{0x8a, 0x80 | 2, 0, 0, 0, 0, 'h', 'i'}, clientFrame(`{"type":"send","id":"p1","content":"after a pong"}`)...)
+	if _, err := raw.Write(pongThenSend); err != nil {
+		t.Fatal(err)
+	}
+	seq = c.ackOf("p1")
 	c.message(seq, "user")
 	c.message(seq+1, "agent")
 	// A client's WebSocket ping wakes the reader and is answered.
