@@ -14,7 +14,9 @@
 //
 // actor.go runs a machine: a mailbox drained by a goroutine that exists
 // only while there is mail (an idle session costs no goroutine and no
-// timer), carrying out the effects — appends to the Journal, deliveries to
+// timer; the drain runs on one of the registry's parked goroutines,
+// package actor/workers, so it does not grow a fresh stack every time),
+// carrying out the effects — appends to the Journal, deliveries to
 // the attached Conn, engine steps and tool runs in goroutines the actor
 // owns.
 //
