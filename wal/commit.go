@@ -398,7 +398,7 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 		return err
 	}
 	r.data = &SessionData{Header: h, Context: r.batch.Context}
-	staged[h.SessionID] = &claim{epoch: 1, owner: r.owner}
+	staged[h.SessionID] = &claim{epoch: 1, owner: r.owner, hdr: &h}
 	return nil
 }
 
@@ -428,7 +428,7 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 		return err
 	}
 	r.data = &SessionData{Header: h, Context: c}
-	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner, lastEpoch: h.LastEpoch}
+	staged[r.sid] = &claim{epoch: h.Epoch, lastSeq: h.LastSeq, owner: r.owner, lastEpoch: h.LastEpoch, hdr: &h}
 	return nil
 }
 
@@ -470,8 +470,12 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 	}
 	h := in.Header
 	h.Epoch, h.Owner, h.LastEpoch = c.epoch, c.owner, c.lastEpoch
-	if err := kv.header(sid, h); err != nil {
-		return fmt.Errorf("wal: encode header of %q: %w", sid, err)
+	written := c.hdr
+	if len(in.Entries) == 0 || written == nil || !impliedBy(*written, h, in.Entries[len(in.Entries)-1]) {
+		if err := kv.header(sid, h); err != nil {
+			return fmt.Errorf("wal: encode header of %q: %w", sid, err)
+		}
+		written = &h
 	}
 	if in.Context != nil {
 		kv.rawSession(prefixContext, sid, in.Context)
@@ -479,7 +483,7 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 	if err := kv.apply(b); err != nil {
 		return err
 	}
-	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner, lastEpoch: c.lastEpoch}
+	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner, lastEpoch: c.lastEpoch, hdr: written}
 	return nil
 }
 

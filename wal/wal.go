@@ -105,6 +105,9 @@ type claim struct {
 	lastSeq   uint64
 	owner     string
 	lastEpoch uint64 // of the last entry
+	// hdr is the header as last written, if this run wrote or read it
+	// (settle.go): an append whose header it implies writes none.
+	hdr *Header
 }
 
 // New opens (or creates) the log in cfg.Dir and starts its committer. A
@@ -375,6 +378,11 @@ func (l *Log) ScanHeaders(ctx context.Context, fn func(Header) error, onCorrupt 
 		}
 		sid := string(it.Key()[1:])
 		h, err := decodeHeaderOf(sid, it.Value())
+		if err == nil {
+			if err := settle(l.db, &h); err != nil {
+				return err
+			}
+		}
 		if err != nil {
 			var ce *CorruptError
 			errors.As(err, &ce)
@@ -433,8 +441,12 @@ func getHeader(r pebble.Reader, sid string) (Header, error) {
 	if err != nil {
 		return Header{}, fmt.Errorf("wal: read header of %q: %w", sid, err)
 	}
-	defer closer.Close()
-	return decodeHeaderOf(sid, v)
+	h, err := decodeHeaderOf(sid, v)
+	closer.Close()
+	if err != nil {
+		return h, err
+	}
+	return h, settle(r, &h)
 }
 
 type quietLogger struct{ l *slog.Logger }
