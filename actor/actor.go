@@ -75,8 +75,18 @@ func (a *actor) postWait(ctx context.Context, ev Event) error {
 		}
 		if len(a.queue) < a.reg.cfg.MailboxSize {
 			a.queue = append(a.queue, ev)
-			a.wake()
+			if a.running {
+				a.mu.Unlock()
+				return nil
+			}
+			// Nobody drains the mailbox: the client's goroutine does it
+			// here, sparing a hand-over to another goroutine per frame,
+			// for a few events at most (it has the client's next frames
+			// to read).
+			a.running = true
+			a.reg.wg.Add(1)
 			a.mu.Unlock()
+			a.drainSome(inlineEvents)
 			return nil
 		}
 		if a.notFull == nil {
@@ -104,14 +114,28 @@ func (a *actor) wake() {
 	a.reg.workers.Go(a.drain)
 }
 
+// inlineEvents is how many events a client's goroutine handles itself
+// before it hands the rest of the mailbox to a drain of its own.
+const inlineEvents = 8
+
 // drain steps the machine with every queued event, then exits.
-func (a *actor) drain() {
-	defer a.reg.wg.Done()
-	for {
+func (a *actor) drain() { a.drainSome(-1) }
+
+// drainSome steps the machine with up to n queued events (n < 0: every
+// one), then exits; if events remain, a drain on another goroutine takes
+// them over (and the running mark and the registry's count with them).
+func (a *actor) drainSome(n int) {
+	for ; ; n-- {
 		a.mu.Lock()
 		if len(a.queue) == 0 || a.stopped {
 			a.running = false
 			a.mu.Unlock()
+			a.reg.wg.Done()
+			return
+		}
+		if n == 0 {
+			a.mu.Unlock()
+			a.reg.workers.Go(a.drain)
 			return
 		}
 		ev := a.queue[0]
