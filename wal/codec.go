@@ -57,7 +57,7 @@ func (e *Entry) Size() int {
 //
 // State is the session actor's own state (pending tool call, turns owed),
 // opaque to the store: package actor owns its schema. It is small and
-// rewritten with every append. The user and agent context are kept apart
+// rewritten with every append that changes it (settle.go). The user and agent context are kept apart
 // (SessionData.Context) and written only when they change.
 type Header struct {
 	SessionID     string    `msgpack:"id"`

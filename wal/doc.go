@@ -17,7 +17,10 @@
 // keys, appending never rewrites earlier ones, and deleting a session is
 // one DeleteRange. The header is small and bounded (server-made values
 // only) and the context is written only when it changes, so the cost of an
-// append does not grow with the session: per-message cost is flat.
+// append does not grow with the session: per-message cost is flat. The
+// header itself is not rewritten by an append that changes only what its
+// entries imply (last seq, its epoch, the time): every read of a header
+// brings those up to date from the session's last entry (settle.go).
 //
 // Every write goes through a single committer goroutine that merges the
 // requests waiting at that moment into one Pebble batch and one fsync
