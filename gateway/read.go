@@ -336,27 +336,12 @@ func decodeSlow(data []byte) (wire.ClientFrame, error) {
 	return f, nil
 }
 
-// anyFrame has the fields of every client frame type.
-type anyFrame struct {
-	Type      string           `json:"type"`
-	Token     string           `json:"token"`
-	SessionID string           `json:"session_id"`
-	LastSeq   uint64           `json:"last_seq"`
-	Stream    *wire.StreamMark `json:"stream"`
-	ID        string           `json:"id"`
-	Content   string           `json:"content"`
-	Metadata  map[string]any   `json:"metadata"`
-	BeforeSeq uint64           `json:"before_seq"`
-	Limit     int              `json:"limit"`
-	Set       map[string]any   `json:"set"`
-}
-
 // decodeOnce decodes a frame in one pass, for the common case of a valid
 // frame (the two passes of DecodeFrame cost twice the JSON scanning). It
 // reports false for anything DecodeFrame must look at more closely: an
 // error, no type, or values that cannot be stored.
 func decodeOnce(data []byte) (wire.ClientFrame, bool) {
-	var v anyFrame
+	var v wire.ClientFrame // every type's fields: only v.Type's are kept
 	if err := json.Unmarshal(data, &v); err != nil || v.Type == "" {
 		return wire.ClientFrame{}, false
 	}
