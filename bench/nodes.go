@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-dev/tether/cluster"
 )
 
 // LocalConfig configures the local nodes `--local N` starts.
@@ -76,11 +77,11 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 	l := &Local{cfg: cfg}
 	for i := range cfg.N {
-		listen, err := freePort(false)
+		listen, err := cluster.FreeLocalAddr(false)
 		if err != nil {
 			return nil, err
 		}
-		gossip, err := freePort(true)
+		gossip, err := cluster.FreeLocalAddr(true)
 		if err != nil {
 			return nil, err
 		}
@@ -106,28 +107,6 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 	}
 	return l, nil
-}
-
-// freePort returns a 127.0.0.1 address free for TCP (and UDP, for a
-// gossip address) right now.
-func freePort(udp bool) (string, error) {
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", fmt.Errorf("bench: pick a port: %w", classifyDial(err))
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		if !udp {
-			return addr, nil
-		}
-		pc, err := net.ListenPacket("udp", addr)
-		if err == nil {
-			_ = pc.Close()
-			return addr, nil
-		}
-	}
-	return "", errors.New("bench: no free TCP+UDP port pair on 127.0.0.1")
 }
 
 // URLs are the nodes' WebSocket URLs.

@@ -8,7 +8,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,23 +53,15 @@ func startCluster(t *testing.T, n, r int, extra ...string) *pcluster {
 	return c
 }
 
-// freeGossipAddr is a 127.0.0.1 address free for TCP and UDP right now.
+// freeGossipAddr is a 127.0.0.1 address free for TCP and UDP right now,
+// outside the ports outgoing connections are given (cluster.FreeLocalAddr).
 func freeGossipAddr(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		if pc, err := net.ListenPacket("udp", addr); err == nil {
-			_ = pc.Close()
-			return addr
-		}
+	addr, err := cluster.FreeLocalAddr(true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free TCP+UDP port pair on 127.0.0.1")
-	return ""
+	return addr
 }
 
 // alive are the indexes of the nodes not killed.

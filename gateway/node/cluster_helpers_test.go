@@ -8,7 +8,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -338,21 +337,13 @@ func get(t testing.TB, url, tok string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// freeAddr returns a 127.0.0.1 address free for TCP and UDP right now.
+// freeAddr returns a 127.0.0.1 address free for TCP and UDP right now,
+// outside the ports outgoing connections are given (cluster.FreeLocalAddr).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		if pc, err := net.ListenPacket("udp", addr); err == nil {
-			_ = pc.Close()
-			return addr
-		}
+	addr, err := cluster.FreeLocalAddr(true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free TCP+UDP port on 127.0.0.1")
-	return ""
+	return addr
 }
