@@ -12,10 +12,19 @@ import (
 // one store read. The filters grow by doubling, so a session of any length
 // pays a few bits per id.
 type sendIndex struct {
-	recent  map[string]uint64
+	recent map[string]uint64
+	// order has recent's ids oldest first: the ids of entries leaving the
+	// tail are found here, not by reading the entries' metadata.
+	order   []sentID
 	filters []*bloom.BloomFilter
 	counts  []uint // ids in each filter
 	caps    []uint // ids each filter was sized for
+}
+
+// sentID is a send id and the seq of the entry it became.
+type sentID struct {
+	seq uint64
+	id  string
 }
 
 // falsePositives is each bloom filter's target false positive rate. A
@@ -35,8 +44,14 @@ func (x *sendIndex) seen(id string) (uint64, bool) {
 // mayBeOlder reports whether id may be among the older ids (a store read
 // tells for sure).
 func (x *sendIndex) mayBeOlder(id string) bool {
+	// The id is hashed once for every filter with the same number of
+	// hash functions (all of them: they share the false positive rate).
+	var locs []uint64
 	for _, f := range x.filters {
-		if f.TestString(id) {
+		if uint(len(locs)) != f.K() {
+			locs = bloom.Locations([]byte(id), f.K())
+		}
+		if f.TestLocations(locs) {
 			return true
 		}
 	}
@@ -49,15 +64,21 @@ func (x *sendIndex) add(id string, seq uint64) {
 		x.recent = make(map[string]uint64, 4)
 	}
 	x.recent[id] = seq
+	x.order = append(x.order, sentID{seq: seq, id: id})
 }
 
-// retire moves id out of memory into the filters (its entry left the tail).
-func (x *sendIndex) retire(id string) {
-	if _, ok := x.recent[id]; !ok {
-		return
+// retireThrough moves the ids of the entries up to seq, which left the
+// tail, out of memory into the filters.
+func (x *sendIndex) retireThrough(seq uint64) {
+	n := 0
+	for ; n < len(x.order) && x.order[n].seq <= seq; n++ {
+		delete(x.recent, x.order[n].id)
+		x.addOlder(x.order[n].id)
 	}
-	delete(x.recent, id)
-	x.addOlder(id)
+	if n > 0 {
+		clear(x.order[:n])
+		x.order = x.order[n:]
+	}
 }
 
 // addOlder puts id in the newest filter, starting a twice larger one when

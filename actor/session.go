@@ -95,11 +95,7 @@ func newSession(cfg sessionConfig, d wal.SessionData, st state, cx contexts, new
 }
 
 // evicted retires the send id of an entry leaving the tail.
-func (s *Session) evicted(e wal.Entry) {
-	if id, ok := sendIDOf(e); ok {
-		s.sends.retire(id)
-	}
-}
+func (s *Session) evicted(e wal.Entry) { s.sends.retireThrough(e.Seq) }
 
 func sendIDOf(e wal.Entry) (string, bool) {
 	if e.Role != RoleUser {
