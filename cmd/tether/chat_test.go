@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/faultnet"
 )
@@ -22,12 +22,11 @@ import (
 // the next attempt; it says it is connected only once a server answers.
 func TestChatServerDown(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port the server binds later: one no outgoing connection gets.
+	addr, err := cluster.FreeLocalAddr(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	ws := "ws://" + addr + "/v1/ws"
 	c := startChatProc(t, "--url", ws, "--user", "alice")
 	c.waitFor(`server unreachable at ` + regexp.QuoteMeta(addr) + ` \(connection refused\), retrying in [0-9.]+s…`)
