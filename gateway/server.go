@@ -146,7 +146,7 @@ type Server struct {
 	metrics  *Metrics
 	upgrader websocket.Upgrader
 	http     *http.Server
-	bufs     sync.Pool // gathering buffers of corked writes
+	bufs     sync.Pool // buffers for corked writes and for frames being read
 	// ctx is cancelled by Close; it bounds every call into the backend.
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Batch is one atomic append to a session: its new entries (possibly
@@ -385,16 +384,15 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 		return err
 	}
 	h.Epoch, h.Owner, h.LastSeq = 1, r.owner, 0
-	kvs := [][2][]byte{}
-	v, err := msgpack.Marshal(h)
-	if err != nil {
+	kv := &l.scratch
+	kv.reset()
+	if err := kv.header(h.SessionID, h); err != nil {
 		return fmt.Errorf("wal: encode header of %q: %w", h.SessionID, err)
 	}
-	kvs = append(kvs, [2][]byte{headerKey(h.SessionID), v})
 	if r.batch.Context != nil {
-		kvs = append(kvs, [2][]byte{contextKey(h.SessionID), r.batch.Context})
+		kv.rawSession(prefixContext, h.SessionID, r.batch.Context)
 	}
-	if err := setAll(b, kvs); err != nil {
+	if err := kv.apply(b); err != nil {
 		return err
 	}
 	r.data = &SessionData{Header: h, Context: r.batch.Context}
@@ -420,11 +418,12 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 		h.Epoch = r.epoch
 	}
 	h.Owner = r.owner
-	v, err := msgpack.Marshal(h)
-	if err != nil {
+	kv := &l.scratch
+	kv.reset()
+	if err := kv.header(r.sid, h); err != nil {
 		return fmt.Errorf("wal: encode header of %q: %w", r.sid, err)
 	}
-	if err := b.Set(headerKey(r.sid), v, nil); err != nil {
+	if err := kv.apply(b); err != nil {
 		return err
 	}
 	r.data = &SessionData{Header: h, Context: c}
@@ -484,15 +483,6 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 		return err
 	}
 	staged[sid] = &claim{epoch: c.epoch, lastSeq: next, owner: c.owner, lastEpoch: c.lastEpoch, hdr: written}
-	return nil
-}
-
-func setAll(b *pebble.Batch, kvs [][2][]byte) error {
-	for _, kv := range kvs {
-		if err := b.Set(kv[0], kv[1], nil); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
