@@ -281,12 +281,12 @@ func TestByteCapsWith32KiBEntries(t *testing.T) {
 		t.Helper()
 		e.inspect("s", func(a *actor) {
 			tl, sum := &a.s.tail, 0
-			for _, en := range tl.entries {
+			for _, en := range tl.all() {
 				sum += en.Size()
 			}
-			if sum != tl.bytes || tl.bytes > 100*kib || len(tl.entries) == 0 || tl.last() != a.s.hdr.LastSeq {
+			if sum != tl.bytes || tl.bytes > 100*kib || tl.len() == 0 || tl.last() != a.s.hdr.LastSeq {
 				t.Errorf("%s: tail of %d entries, %d bytes (counted %d), ends at %d of %d",
-					when, len(tl.entries), tl.bytes, sum, tl.last(), a.s.hdr.LastSeq)
+					when, tl.len(), tl.bytes, sum, tl.last(), a.s.hdr.LastSeq)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -215,8 +216,8 @@ func TestTailBounds(t *testing.T) {
 	for s := uint64(1); s <= 5; s++ {
 		tl.add(entry(s, 10))
 	}
-	if !slices.Equal(seqsOf(tl.entries), []uint64{3, 4, 5}) || !slices.Equal(evicted, []uint64{1, 2}) {
-		t.Fatalf("tail %v evicted %v", seqsOf(tl.entries), evicted)
+	if !slices.Equal(seqsOf(tl.all()), []uint64{3, 4, 5}) || !slices.Equal(evicted, []uint64{1, 2}) {
+		t.Fatalf("tail %v evicted %v", seqsOf(tl.all()), evicted)
 	}
 	if got := seqsOf(tl.span(1, 5)); !slices.Equal(got, []uint64{3, 4}) {
 		t.Fatalf("span(1,5) = %v", got)
@@ -235,23 +236,75 @@ func TestTailBounds(t *testing.T) {
 	for s := uint64(1); s <= 20; s++ {
 		tb.add(entry(s, 32*kib))
 		sum := 0
-		for _, e := range tb.entries {
+		for _, e := range tb.all() {
 			sum += e.Size()
 		}
 		if sum != tb.bytes || tb.bytes > 100*kib || tb.last() != s {
-			t.Fatalf("after %d: %d entries, %d bytes (counted %d), last %d", s, len(tb.entries), tb.bytes, sum, tb.last())
+			t.Fatalf("after %d: %d entries, %d bytes (counted %d), last %d", s, tb.len(), tb.bytes, sum, tb.last())
 		}
 	}
-	if len(tb.entries) != 3 {
-		t.Fatalf("%d entries of 32 KiB under 100 KiB", len(tb.entries))
+	if tb.len() != 3 {
+		t.Fatalf("%d entries of 32 KiB under 100 KiB", tb.len())
 	}
 	tb.add(entry(21, 200*kib))
-	if len(tb.entries) != 1 || tb.last() != 21 {
-		t.Fatalf("an entry over the cap must stay alone: %v", seqsOf(tb.entries))
+	if tb.len() != 1 || tb.last() != 21 {
+		t.Fatalf("an entry over the cap must stay alone: %v", seqsOf(tb.all()))
 	}
 	// A gap (cannot happen) starts the tail over rather than hold it.
 	tb.add(entry(30, 10))
-	if !slices.Equal(seqsOf(tb.entries), []uint64{30}) {
-		t.Fatalf("after a gap: %v", seqsOf(tb.entries))
+	if !slices.Equal(seqsOf(tb.all()), []uint64{30}) {
+		t.Fatalf("after a gap: %v", seqsOf(tb.all()))
 	}
+}
+
+// The ring holds what a plain slice trimmed from the front would, whatever
+// the caps and however far it has wrapped.
+func TestTailRingMatchesSlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		maxEntries, maxBytes := 1+rng.IntN(12), 200+rng.IntN(2000)
+		var evicted, model []wal.Entry
+		tl := newTail(maxEntries, maxBytes, func(e wal.Entry) { evicted = append(evicted, e) })
+		var out []wal.Entry // everything that left, model side
+		seq := uint64(0)
+		for range 60 {
+			batch := make([]wal.Entry, 1+rng.IntN(3))
+			for i := range batch {
+				seq++
+				batch[i] = wal.Entry{Seq: seq, Role: RoleAgent, Content: strings.Repeat("y", rng.IntN(300))}
+			}
+			tl.add(batch...)
+			model = append(model, batch...)
+			for len(model) > 1 && (len(model) > maxEntries || sizeOf(model) > maxBytes) {
+				out, model = append(out, model[0]), model[1:]
+			}
+			if !slices.Equal(seqsOf(tl.all()), seqsOf(model)) || tl.bytes != sizeOf(model) {
+				t.Fatalf("round %d: ring %v (%d bytes), want %v (%d bytes)",
+					round, seqsOf(tl.all()), tl.bytes, seqsOf(model), sizeOf(model))
+			}
+			if !slices.Equal(seqsOf(evicted), seqsOf(out)) {
+				t.Fatalf("round %d: evicted %v, want %v", round, seqsOf(evicted), seqsOf(out))
+			}
+			lo, hi := uint64(rng.IntN(int(seq)+2)), uint64(rng.IntN(int(seq)+2))
+			var want []uint64
+			for _, e := range model {
+				if e.Seq >= lo && e.Seq < hi {
+					want = append(want, e.Seq)
+				}
+			}
+			if got := seqsOf(tl.span(lo, hi)); !slices.Equal(got, want) {
+				t.Fatalf("round %d: span(%d, %d) = %v, want %v", round, lo, hi, got, want)
+			}
+			if e, ok := tl.get(model[0].Seq); !ok || e.Seq != model[0].Seq {
+				t.Fatalf("round %d: get of the oldest held entry %d", round, model[0].Seq)
+			}
+		}
+	}
+}
+
+func sizeOf(es []wal.Entry) (n int) {
+	for _, e := range es {
+		n += e.Size()
+	}
+	return n
 }

@@ -86,8 +86,9 @@ func newSession(cfg sessionConfig, d wal.SessionData, st state, cx contexts, new
 	s.stateBytes = d.Header.State
 	s.tail = newTail(cfg.TailEntries, cfg.TailBytes, s.evicted)
 	s.tail.add(newest...)
-	for _, e := range s.tail.entries {
-		if id, ok := sendIDOf(e); ok {
+	for i := range s.tail.len() {
+		e := s.tail.at(i)
+		if id, ok := sendIDOf(*e); ok {
 			s.sends.add(id, e.Seq)
 		}
 	}
@@ -183,14 +184,26 @@ func (s *Session) takeOut() []Effect {
 // emit queues an effect behind the newest non-lazy append in flight.
 func (s *Session) emit(e Effect) {
 	if s.barrier > s.completed {
+		if s.held == nil {
+			s.held = make([]heldEffect, 0, effectsCap)
+		}
 		s.held = append(s.held, heldEffect{waitFor: s.barrier, eff: e})
 		return
+	}
+	s.now(e)
+}
+
+// now queues an effect that does not depend on durability.
+func (s *Session) now(e Effect) {
+	if s.out == nil {
+		s.out = make([]Effect, 0, effectsCap)
 	}
 	s.out = append(s.out, e)
 }
 
-// now queues an effect that does not depend on durability.
-func (s *Session) now(e Effect) { s.out = append(s.out, e) }
+// effectsCap is room for what a send makes (an append, then the ack and
+// the entries it delivers) in one allocation rather than three.
+const effectsCap = 4
 
 // deliver emits the delivery of out to the attached connection, if any.
 func (s *Session) deliver(out Out) {
@@ -266,7 +279,7 @@ func (s *Session) appended(ev evAppended) {
 		if h.waitFor > s.completed {
 			break
 		}
-		s.out = append(s.out, h.eff)
+		s.now(h.eff)
 		n++
 	}
 	s.held = s.held[n:]

@@ -122,5 +122,5 @@ func (a *actor) entries(lo, hi uint64) ([]wal.Entry, error) {
 		}
 		out = append(out, older...)
 	}
-	return append(out, a.s.tail.span(lo, hi)...), nil
+	return a.s.tail.appendSpan(out, lo, hi), nil
 }

@@ -9,9 +9,16 @@ import "github.com/tether-dev/tether/wal"
 // once they are durable (the actor's unstable entries wait in front of it,
 // as raft's unstable log waits in front of its Storage), and leave from the
 // old end.
+//
+// The entries are a ring: a slice that entries were sliced off the front
+// of had to be moved to a new array whenever it ran out of room, a copy of
+// the whole tail every few sends of every session under load. The ring
+// grows by doubling up to maxEntries, so a session with a short log holds
+// a small one.
 type tail struct {
-	entries    []wal.Entry // oldest first, seqs consecutive
-	sizes      []int       // wal.Entry.Size of each, computed once
+	ring       []wal.Entry // len(ring) is the capacity; held: n from head on
+	sizes      []int       // wal.Entry.Size of each slot's entry, computed once
+	head, n    int
 	bytes      int
 	maxEntries int
 	maxBytes   int
@@ -23,85 +30,105 @@ func newTail(maxEntries, maxBytes int, evicted func(wal.Entry)) tail {
 	return tail{maxEntries: max(maxEntries, 1), maxBytes: maxBytes, evicted: evicted}
 }
 
+// at returns the i-th held entry, oldest first.
+func (t *tail) at(i int) *wal.Entry { return &t.ring[(t.head+i)%len(t.ring)] }
+
+func (t *tail) len() int { return t.n }
+
 // first and last are the seq range held; first > last when empty.
 func (t *tail) first() uint64 {
-	if len(t.entries) == 0 {
+	if t.n == 0 {
 		return 1
 	}
-	return t.entries[0].Seq
+	return t.at(0).Seq
 }
 
 func (t *tail) last() uint64 {
-	if len(t.entries) == 0 {
+	if t.n == 0 {
 		return 0
 	}
-	return t.entries[len(t.entries)-1].Seq
+	return t.at(t.n - 1).Seq
 }
 
 // add appends durable entries, which must follow the newest held one (or,
 // when the tail is empty, may start anywhere).
 func (t *tail) add(es ...wal.Entry) {
 	for _, e := range es {
-		if n := len(t.entries); n > 0 && e.Seq != t.entries[n-1].Seq+1 {
+		if t.n > 0 && e.Seq != t.last()+1 {
 			// Cannot happen: appends complete in order. Start over rather
 			// than hold a gap.
 			t.reset()
 		}
-		n := e.Size()
-		t.entries = append(t.entries, e)
-		t.sizes = append(t.sizes, n)
-		t.bytes += n
+		if t.n == len(t.ring) {
+			if len(t.ring) < t.maxEntries {
+				t.grow()
+			} else {
+				t.drop()
+			}
+		}
+		i := (t.head + t.n) % len(t.ring)
+		t.ring[i], t.sizes[i] = e, e.Size()
+		t.bytes += t.sizes[i]
+		t.n++
 	}
-	t.trim()
+	for t.n > 1 && t.bytes > t.maxBytes {
+		t.drop()
+	}
 }
 
-func (t *tail) trim() {
-	drop := 0
-	for len(t.entries)-drop > 1 && (len(t.entries)-drop > t.maxEntries || t.bytes > t.maxBytes) {
-		t.bytes -= t.sizes[drop]
-		if t.evicted != nil {
-			t.evicted(t.entries[drop])
-		}
-		drop++
+// grow doubles the ring (up to maxEntries), the held entries moved to its
+// start.
+func (t *tail) grow() {
+	size := min(max(2*len(t.ring), 2), t.maxEntries)
+	ring, sizes := make([]wal.Entry, size), make([]int, size)
+	for i := range t.n {
+		j := (t.head + i) % len(t.ring)
+		ring[i], sizes[i] = t.ring[j], t.sizes[j]
 	}
-	if drop == 0 {
-		return
+	t.ring, t.sizes, t.head = ring, sizes, 0
+}
+
+// drop pushes the oldest entry out, clearing its slot so that its content
+// is freed.
+func (t *tail) drop() {
+	e := t.at(0)
+	t.bytes -= t.sizes[t.head]
+	if t.evicted != nil {
+		t.evicted(*e)
 	}
-	// Clear the dropped entries, so their content is freed, and slice them
-	// off: the next append that runs out of room moves the held entries to
-	// a new array. Copying them down here instead cost a copy of the whole
-	// tail per append once it was full (3% of the server's CPU under load).
-	clear(t.entries[:drop])
-	t.entries = t.entries[drop:]
-	t.sizes = t.sizes[drop:]
-	if n := len(t.entries); cap(t.entries) > 4*max(n, 8) {
-		t.entries = append([]wal.Entry(nil), t.entries...)
-		t.sizes = append([]int(nil), t.sizes...)
-	}
+	*e = wal.Entry{}
+	t.head = (t.head + 1) % len(t.ring)
+	t.n--
 }
 
 func (t *tail) reset() {
-	t.entries, t.sizes, t.bytes = nil, nil, 0
+	*t = tail{maxEntries: t.maxEntries, maxBytes: t.maxBytes, evicted: t.evicted}
 }
 
-// span returns the held entries with lo <= seq < hi (a view: callers must
-// not keep it across an add).
-func (t *tail) span(lo, hi uint64) []wal.Entry {
-	if len(t.entries) == 0 || hi <= lo {
-		return nil
+// appendSpan appends the held entries with lo <= seq < hi to out.
+func (t *tail) appendSpan(out []wal.Entry, lo, hi uint64) []wal.Entry {
+	if t.n == 0 || hi <= lo {
+		return out
 	}
 	f, l := t.first(), t.last()
 	lo, hi = max(lo, f), min(hi, l+1)
-	if lo >= hi {
-		return nil
+	for seq := lo; seq < hi; seq++ {
+		out = append(out, *t.at(int(seq - f)))
 	}
-	return t.entries[lo-f : hi-f]
+	return out
 }
+
+// span returns a copy of the held entries with lo <= seq < hi (nil when
+// there are none).
+func (t *tail) span(lo, hi uint64) []wal.Entry { return t.appendSpan(nil, lo, hi) }
+
+// all returns a copy of every held entry, oldest first.
+func (t *tail) all() []wal.Entry { return t.span(t.first(), t.last()+1) }
 
 // get returns the entry with seq, if held.
 func (t *tail) get(seq uint64) (wal.Entry, bool) {
-	if s := t.span(seq, seq+1); len(s) == 1 {
-		return s[0], true
+	if t.n == 0 || seq < t.first() || seq > t.last() {
+		return wal.Entry{}, false
 	}
-	return wal.Entry{}, false
+	return *t.at(int(seq - t.first())), true
 }

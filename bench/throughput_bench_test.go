@@ -21,7 +21,9 @@ const throughputSessions = 200
 // --rate 0` process (echo agent), clients in this process: b.N sends in
 // all. It reports acked sends/s, the ack latency, acks per fsync (from
 // /metrics), the server's CPU per 1,000 acks and entries per CPU-second
-// (from /proc), and one goroutine's raw fsyncs/s on the same disk measured
+// (from /proc), the bytes the server allocated per ack (garbage its GC
+// must collect: unlike CPU time, this does not vary with the VM's
+// load), and one goroutine's raw fsyncs/s on the same disk measured
 // in the same run, with the ratio of the two. Run it with a fixed count,
 // e.g. -benchtime 300000x (long enough for Pebble to flush and compact).
 func BenchmarkAckThroughput(b *testing.B) {
@@ -40,6 +42,7 @@ func BenchmarkAckThroughput(b *testing.B) {
 		conns[i] = ws
 	}
 	fsyncs0, appends0 := srv.metric(b, "tether_wal_fsyncs_total"), srv.metric(b, "tether_wal_appends_total")
+	alloc0 := srv.metric(b, "go_memstats_alloc_bytes_total")
 	cpu0 := srv.cpu(b)
 	var next atomic.Int64
 	lats := make([][]time.Duration, len(conns))
@@ -68,6 +71,7 @@ func BenchmarkAckThroughput(b *testing.B) {
 	cpu := srv.cpu(b) - cpu0
 	fsyncs := srv.metric(b, "tether_wal_fsyncs_total") - fsyncs0
 	appends := srv.metric(b, "tether_wal_appends_total") - appends0
+	alloc := srv.metric(b, "go_memstats_alloc_bytes_total") - alloc0
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	acks := float64(len(all))
@@ -77,6 +81,7 @@ func BenchmarkAckThroughput(b *testing.B) {
 	b.ReportMetric(acks/fsyncs, "acks/fsync")
 	b.ReportMetric(cpu.Seconds()*1000/(acks/1000), "cpu-ms/1k-acks")
 	b.ReportMetric(appends/cpu.Seconds(), "entries/cpu-s")
+	b.ReportMetric(alloc/acks, "heap-B/ack")
 	b.ReportMetric(raw, "raw-fsync/s")
 	b.ReportMetric(acks/elapsed.Seconds()/raw, "x-raw-fsync")
 }

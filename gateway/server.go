@@ -147,6 +147,7 @@ type Server struct {
 	upgrader websocket.Upgrader
 	http     *http.Server
 	bufs     sync.Pool // buffers for corked writes and for frames being read
+	frames   sync.Pool // buffers of frames queued for clients (conn.encode)
 	// ctx is cancelled by Close; it bounds every call into the backend.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -168,7 +169,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{}), workers: workers.New(workers.Config{})}
-	s.bufs.New = func() any { b := make([]byte, 0, 16<<10); return &b }
+	// Small: frames are mostly a few hundred bytes, buffers grow for the
+	// rest, and the pool loses its buffers to the GC every other cycle.
+	s.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
+	s.frames.New = func() any { b := make([]byte, 0, 256); return &b }
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		// Small read buffers and a shared write buffer pool keep an idle

@@ -103,7 +103,23 @@ func (l *Log) AppendAsync(ctx context.Context, b Batch, done func(error)) error 
 		// channel; a nil one would panic on the committer goroutine.
 		done = func(error) {}
 	}
-	return l.enqueue(ctx, &request{kind: reqAppend, batch: b, sid: b.SessionID, callback: done})
+	r := l.asyncReqs.Get().(*request)
+	r.kind, r.batch, r.sid, r.callback = reqAppend, b, b.SessionID, done
+	if err := l.enqueue(ctx, r); err != nil {
+		l.recycle(r)
+		return err
+	}
+	return nil
+}
+
+// recycle gives an AppendAsync request back once it is finished. Nothing
+// holds one after its callback (a waiting caller's request is its own),
+// and allocating one per append was a tenth of the server's garbage.
+func (l *Log) recycle(r *request) {
+	if r.kind == reqAppend && r.callback != nil {
+		*r = request{} // drop the entries it held
+		l.asyncReqs.Put(r)
+	}
 }
 
 // Create stores a new session claimed with epoch 1 by this node
@@ -232,6 +248,7 @@ func (l *Log) failQueued() {
 		case r := <-l.reqs:
 			r.err = ErrClosed
 			r.finish()
+			l.recycle(r)
 		default:
 			return
 		}
@@ -246,7 +263,8 @@ func (l *Log) failQueued() {
 // follow them — and a failed sync is fatal to the log.
 func (l *Log) commitGroup(group []*request) {
 	b := l.db.NewIndexedBatch()
-	staged := make(map[string]*claim)
+	staged := l.staged // reused: a group's claims are published below
+	clear(staged)
 	entries, needSync := 0, false
 	broken := l.broken.Load()
 	for _, r := range group {
@@ -336,6 +354,7 @@ func (l *Log) syncLoop() {
 				l.stats.deleted.Add(1)
 			}
 			r.finish()
+			l.recycle(r)
 		}
 	}
 }
@@ -474,7 +493,10 @@ func (l *Log) applyAppend(b *pebble.Batch, staged map[string]*claim, in *Batch) 
 		if err := kv.header(sid, h); err != nil {
 			return fmt.Errorf("wal: encode header of %q: %w", sid, err)
 		}
-		written = &h
+		// A copy: taking h's address would move it to the heap on
+		// every append, written or not.
+		written = new(Header)
+		*written = h
 	}
 	if in.Context != nil {
 		kv.rawSession(prefixContext, sid, in.Context)

@@ -85,6 +85,9 @@ type Log struct {
 	// claims and scratch are owned by the committer goroutine.
 	claims  map[string]claim
 	scratch kvScratch
+	staged  map[string]*claim // the group's claim changes (commitGroup)
+	// asyncReqs recycles AppendAsync's requests (recycle).
+	asyncReqs sync.Pool
 
 	stats struct{ syncs, requests, entries, deleted, corrupt atomic.Uint64 }
 
@@ -143,8 +146,10 @@ func New(cfg Config) (*Log, error) {
 		fsCloser: fsCloser,
 		reqs:     make(chan *request, cfg.MaxBatch),
 		claims:   make(map[string]claim),
+		staged:   make(map[string]*claim),
 		stop:     make(chan struct{}),
 	}
+	l.asyncReqs.New = func() any { return new(request) }
 	l.syncs = make(chan synced, 2)
 	l.done.Add(2)
 	go l.commitLoop()
