@@ -291,21 +291,30 @@ func (c *conn) writeLoop() {
 // writeFrames puts frames (and a ping) on the wire with one write.
 func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
-	if c.cork != nil {
-		c.cork.cork()
-	}
-	_ = c.ws.SetWriteDeadline(deadline)
 	var err error
-	if ping {
-		err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)
-	}
-	for _, b := range frames {
-		if err != nil {
-			break
+	if c.cork == nil {
+		_ = c.ws.SetWriteDeadline(deadline)
+		if ping {
+			err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)
 		}
-		err = c.ws.WriteMessage(websocket.TextMessage, b)
-	}
-	if c.cork != nil {
+		for _, b := range frames {
+			if err != nil {
+				break
+			}
+			err = c.ws.WriteMessage(websocket.TextMessage, b)
+		}
+	} else {
+		// Gorilla writes the ping (a control frame may interleave with
+		// nothing of its own); the frames are framed into the same
+		// buffer, after it, and the deadline is set once for the write.
+		c.cork.cork()
+		if ping {
+			err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)
+		}
+		if err == nil {
+			c.cork.text(frames)
+			err = c.cork.SetWriteDeadline(deadline)
+		}
 		if uerr := c.cork.uncork(); err == nil {
 			err = uerr
 		}

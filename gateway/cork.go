@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"net"
 	"sync"
+
+	"github.com/gorilla/websocket"
 )
 
 // corkListener wraps every accepted connection in a corkConn, so that a
@@ -85,6 +88,34 @@ func (c *corkConn) cork() {
 		c.corked = true
 		c.buf = (*c.pool.Get().(*[]byte))[:0]
 	}
+}
+
+// text gathers each payload as one unfragmented, unmasked text frame:
+// the frames a server sends, framed here rather than by gorilla, which
+// takes a pooled buffer, splits messages larger than it into fragments and
+// sets the socket's write deadline again for every frame. Corked only.
+func (c *corkConn) text(payloads [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range payloads {
+		c.buf = appendTextFrame(c.buf, p)
+	}
+}
+
+// appendTextFrame appends p framed as a final text frame (RFC 6455 5.2).
+func appendTextFrame(b, p []byte) []byte {
+	const finText = 0x80 | websocket.TextMessage
+	switch n := len(p); {
+	case n < 126:
+		b = append(b, finText, byte(n))
+	case n <= 0xffff:
+		b = append(b, finText, 126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, finText, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
 }
 
 // uncork writes what was gathered, with one write.
