@@ -104,7 +104,7 @@ func (r *Registry) interruptLater(sid string) {
 		}
 		s := newSession(r.sessionConfig(), d, state{}, contexts{}, nil, r.clock.Now())
 		s.markInterrupted(r.clock.Now())
-		b := wal.Batch{SessionID: sid, Epoch: d.Header.Epoch, Header: s.hdr}
+		b := &wal.Batch{SessionID: sid, Epoch: d.Header.Epoch, Header: s.hdr}
 		if err := appendSync(ctx, r.cfg.Journal, b); err != nil {
 			r.log.Error("interrupt failed session", "session", sid, "err", err)
 		}
@@ -112,7 +112,7 @@ func (r *Registry) interruptLater(sid string) {
 }
 
 // appendSync appends b and waits for it.
-func appendSync(ctx context.Context, j Journal, b wal.Batch) error {
+func appendSync(ctx context.Context, j Journal, b *wal.Batch) error {
 	done := make(chan error, 1)
 	if err := j.AppendAsync(ctx, b, func(err error) { done <- err }); err != nil {
 		return err

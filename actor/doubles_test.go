@@ -268,7 +268,7 @@ type testJournal struct {
 
 type heldBatch struct {
 	ctx  context.Context
-	b    wal.Batch
+	b    *wal.Batch
 	done func(error)
 }
 
@@ -340,7 +340,7 @@ func (j *testJournal) holdClaim() (<-chan string, func()) {
 	return arrived, func() { once.Do(func() { close(g) }) }
 }
 
-func (j *testJournal) AppendAsync(ctx context.Context, b wal.Batch, done func(error)) error {
+func (j *testJournal) AppendAsync(ctx context.Context, b *wal.Batch, done func(error)) error {
 	j.appends.Add(1)
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -113,7 +113,7 @@ type (
 	// nothing a client is shown: a status change on attach or detach).
 	effAppend struct {
 		id    uint64
-		batch wal.Batch
+		batch *wal.Batch // the journal's once handed over
 		lazy  bool
 	}
 	effDeliver struct {

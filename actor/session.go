@@ -234,7 +234,7 @@ func (s *Session) appendBatch(entries []wal.Entry, sends []wal.Send, lazy bool) 
 		s.stateBytes, s.stateDirty = b, false
 	}
 	s.hdr.State = s.stateBytes
-	b := wal.Batch{SessionID: s.hdr.SessionID, Epoch: s.hdr.Epoch, Entries: entries, Sends: sends, Header: s.hdr, NoSync: noSync}
+	b := &wal.Batch{SessionID: s.hdr.SessionID, Epoch: s.hdr.Epoch, Entries: entries, Sends: sends, Header: s.hdr, NoSync: noSync}
 	if s.contextDirty {
 		c, err := encodeContexts(s.ctx)
 		if err != nil {

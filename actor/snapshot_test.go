@@ -147,7 +147,7 @@ func corrupt(t *testing.T, l *wal.Log, sid string) {
 	h.State = []byte{0xc1} // never used in msgpack
 	// 70 nested arrays: deeper than the log's reader accepts.
 	deep := append(bytes.Repeat([]byte{0x91}, 70), 0xc0)
-	if err := appendSync(t.Context(), l, wal.Batch{SessionID: sid, Epoch: h.Epoch, Header: h, Context: deep}); err != nil {
+	if err := appendSync(t.Context(), l, &wal.Batch{SessionID: sid, Epoch: h.Epoch, Header: h, Context: deep}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Release(context.Background(), sid, h.Epoch); err != nil {

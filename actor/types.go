@@ -19,13 +19,16 @@ import (
 //     only when the batch is durable (on a cluster: on every replica too).
 //     A session's batches complete in order, and after one fails every
 //     later one of that claim fails (fail-stop). done must not block.
+//     The batch is the journal's until done is called: the caller does
+//     not change it (a replicated journal ships it once it is durable
+//     locally), and the journal copies nothing it does not keep.
 //   - Reads are of what is durable. Read bounds come from the header the
 //     caller holds; an unreadable entry is returned as a stand-in.
 type Journal interface {
 	Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error)
 	Claim(ctx context.Context, sid string) (wal.SessionData, error)
 	Release(ctx context.Context, sid string, epoch uint64) error
-	AppendAsync(ctx context.Context, b wal.Batch, done func(error)) error
+	AppendAsync(ctx context.Context, b *wal.Batch, done func(error)) error
 	Header(sid string) (wal.Header, error)
 	Load(sid string) (wal.SessionData, error)
 	Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal.Entry, error)

@@ -58,7 +58,7 @@ func (j *journal) Release(ctx context.Context, sid string, epoch uint64) error {
 
 // AppendAsync appends locally and, once that is durable, on every
 // replica; done hears of it when both are (in order, per session).
-func (j *journal) AppendAsync(ctx context.Context, b wal.Batch, done func(error)) error {
+func (j *journal) AppendAsync(ctx context.Context, b *wal.Batch, done func(error)) error {
 	j.mu.Lock()
 	r := j.repls[b.SessionID]
 	j.mu.Unlock()

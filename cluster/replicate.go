@@ -50,7 +50,7 @@ func newReplicator(j *journal, sid string, epoch, shipped, shippedEpoch uint64) 
 
 // enqueue takes a batch whose local append finished (err says how). It
 // runs on the store's committer goroutine, so it never blocks.
-func (r *replicator) enqueue(b wal.Batch, err error, done func(error)) {
+func (r *replicator) enqueue(b *wal.Batch, err error, done func(error)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -66,7 +66,7 @@ func (r *replicator) enqueue(b wal.Batch, err error, done func(error)) {
 		done(nil)
 		return
 	}
-	r.queue = append(r.queue, queued{b: b, err: err, done: done})
+	r.queue = append(r.queue, queued{b: *b, err: err, done: done})
 	if !r.running {
 		r.running = true
 		r.c.wg.Add(1)

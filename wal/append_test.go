@@ -288,7 +288,7 @@ func TestBadIDs(t *testing.T) {
 			check("Claim", err)
 			check("Append", l.Append(ctx, batch(activeHeader(sid), 1, 1, 1)))
 			a := newAsync()
-			check("AppendAsync", l.AppendAsync(ctx, batch(activeHeader(sid), 1, 1, 1), a.done))
+			check("AppendAsync", l.AppendAsync(ctx, ref(batch(activeHeader(sid), 1, 1, 1)), a.done))
 			a.none(t, "AppendAsync with a bad id")
 			_, err = l.Header(sid)
 			check("Header", err)

@@ -33,7 +33,7 @@ func TestAppendAsyncOrderOnceDurable(t *testing.T) {
 			for s := uint64(1); s <= perSession; s++ {
 				b := batch(activeHeader(sid), 1, s, s)
 				b.Sends = []Send{{fmt.Sprint("send-", s), s}}
-				err := l.AppendAsync(ctx, b, func(err error) {
+				err := l.AppendAsync(ctx, ref(b), func(err error) {
 					mu.Lock()
 					got[sid] = append(got[sid], s)
 					calls[fmt.Sprint(sid, "/", s)]++
@@ -91,7 +91,7 @@ func TestAppendAsyncOrderOnceDurable(t *testing.T) {
 func TestAppendAsyncNilCallback(t *testing.T) {
 	l := newTestLog(t)
 	mustCreate(t, l, activeHeader("n"))
-	if err := l.AppendAsync(context.Background(), batch(activeHeader("n"), 1, 1, 1), nil); err != nil {
+	if err := l.AppendAsync(context.Background(), ref(batch(activeHeader("n"), 1, 1, 1)), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A synchronous append queued behind it completes after it.
@@ -129,7 +129,7 @@ func TestAppendAsyncFailStop(t *testing.T) {
 	}
 	for i := range calls {
 		calls[i].res = newAsync()
-		if err := l.AppendAsync(ctx, calls[i].b, calls[i].res.done); err != nil {
+		if err := l.AppendAsync(ctx, ref(calls[i].b), calls[i].res.done); err != nil {
 			t.Fatalf("%s: AppendAsync: %v", calls[i].name, err)
 		}
 	}
@@ -190,7 +190,7 @@ func TestFailedRequestLeavesNothing(t *testing.T) {
 		b Batch
 		r *asyncResult
 	}{{good("x"), rx}, {bad, ry}, {good("z"), rz}} {
-		if err := l.AppendAsync(ctx, c.b, c.r.done); err != nil {
+		if err := l.AppendAsync(ctx, ref(c.b), c.r.done); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,7 +243,7 @@ func TestCommitGroupMixed(t *testing.T) {
 	var results []func() error
 	async := func(b Batch) {
 		r := newAsync()
-		if err := l.AppendAsync(ctx, b, r.done); err != nil {
+		if err := l.AppendAsync(ctx, ref(b), r.done); err != nil {
 			t.Fatal(err)
 		}
 		results = append(results, func() error { return r.wait(t) })
@@ -308,7 +308,7 @@ func TestAppendAsyncCancelledWhileQueueFull(t *testing.T) {
 	mustCreate(t, l, activeHeader("q"))
 	release := blockCommitter(t, l)
 	queued := newAsync()
-	if err := l.AppendAsync(ctx, batch(activeHeader("q"), 1, 1, 1), queued.done); err != nil {
+	if err := l.AppendAsync(ctx, ref(batch(activeHeader("q"), 1, 1, 1)), queued.done); err != nil {
 		t.Fatal(err)
 	}
 	waitQueued(t, l, 1)
@@ -317,11 +317,11 @@ func TestAppendAsyncCancelledWhileQueueFull(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	early := newAsync()
-	wantErr(t, "AppendAsync with a done ctx", l.AppendAsync(cctx, batch(activeHeader("q"), 1, 2, 2), early.done), context.Canceled)
+	wantErr(t, "AppendAsync with a done ctx", l.AppendAsync(cctx, ref(batch(activeHeader("q"), 1, 2, 2)), early.done), context.Canceled)
 	// Cancelled while it waits.
 	cctx, cancel = context.WithCancel(ctx)
 	late := newAsync()
-	r := goCall(func() error { return l.AppendAsync(cctx, batch(activeHeader("q"), 1, 2, 2), late.done) })
+	r := goCall(func() error { return l.AppendAsync(cctx, ref(batch(activeHeader("q"), 1, 2, 2)), late.done) })
 	cancel()
 	wantErr(t, "AppendAsync cancelled while waiting", r.wait(t), context.Canceled)
 	// The same for a synchronous Append.

@@ -51,7 +51,7 @@ func TestCallsAfterCloseReturnErrClosed(t *testing.T) {
 		op   func() error
 	}{
 		{"Append", func() error { return l.Append(ctx, batch(activeHeader("c"), 1, 4, 4)) }},
-		{"AppendAsync", func() error { return l.AppendAsync(ctx, batch(activeHeader("c"), 1, 4, 4), async.done) }},
+		{"AppendAsync", func() error { return l.AppendAsync(ctx, ref(batch(activeHeader("c"), 1, 4, 4)), async.done) }},
 		{"Create", func() error { _, err := l.Create(ctx, activeHeader("d"), nil); return err }},
 		{"Claim", func() error { _, err := l.Claim(ctx, "c"); return err }},
 		{"Release", func() error { return l.Release(ctx, "c", 1) }},
@@ -105,7 +105,7 @@ func TestCloseFailsQueuedRequests(t *testing.T) {
 		var cbs []*asyncResult
 		for s := uint64(1); s <= 5; s++ {
 			r := newAsync()
-			if err := l.AppendAsync(ctx, batch(activeHeader("q"), 1, s, s), r.done); err != nil {
+			if err := l.AppendAsync(ctx, ref(batch(activeHeader("q"), 1, s, s)), r.done); err != nil {
 				t.Fatal(err)
 			}
 			cbs = append(cbs, r)

@@ -87,14 +87,15 @@ func (l *Log) Append(ctx context.Context, b Batch) error {
 	return err
 }
 
-// AppendAsync queues b and returns at once; done is called exactly once,
+// AppendAsync queues a copy of *b and returns at once (b is not kept:
+// the caller may reuse it); done is called exactly once,
 // with nil only once b is durable. Appends of one session complete in the
 // order they were queued, and once one fails every later one of that
 // session fails too until it is claimed again (fail-stop). done runs on
 // the committer goroutine: it must not block. AppendAsync itself waits
 // only while the queue is full (or until ctx ends, when done is not
 // called).
-func (l *Log) AppendAsync(ctx context.Context, b Batch, done func(error)) error {
+func (l *Log) AppendAsync(ctx context.Context, b *Batch, done func(error)) error {
 	if err := CheckID(b.SessionID); err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func (l *Log) AppendAsync(ctx context.Context, b Batch, done func(error)) error 
 		done = func(error) {}
 	}
 	r := l.asyncReqs.Get().(*request)
-	r.kind, r.batch, r.sid, r.callback = reqAppend, b, b.SessionID, done
+	r.kind, r.batch, r.sid, r.callback = reqAppend, *b, b.SessionID, done
 	if err := l.enqueue(ctx, r); err != nil {
 		l.recycle(r)
 		return err

@@ -93,7 +93,7 @@ func TestGroupCommitAsync(t *testing.T) {
 		sid := fmt.Sprintf("q%d", i)
 		go func() {
 			for s := uint64(1); s <= perSession; s++ {
-				err := l.AppendAsync(ctx, batch(activeHeader(sid), 1, s, s), func(err error) {
+				err := l.AppendAsync(ctx, ref(batch(activeHeader(sid), 1, s, s)), func(err error) {
 					if err != nil {
 						errs <- err
 					}

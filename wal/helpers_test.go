@@ -243,7 +243,7 @@ func blockCommitter(tb testing.TB, l *Log) (release func()) {
 	// committer parks before taking anything else.
 	committed := make(chan struct{})
 	b := batch(activeHeader(sid), 1, 1, 1) // an entry, so that the claim shows it
-	if err := l.AppendAsync(context.Background(), b, func(error) { close(committed) }); err != nil {
+	if err := l.AppendAsync(context.Background(), ref(b), func(error) { close(committed) }); err != nil {
 		tb.Fatal(err)
 	}
 	<-committed
@@ -339,3 +339,7 @@ func wantErr(tb testing.TB, what string, err, want error) {
 		tb.Fatalf("%s: %v, want %v", what, err, want)
 	}
 }
+
+// ref returns a pointer to a copy of v (AppendAsync takes its batch by
+// pointer).
+func ref[T any](v T) *T { return &v }

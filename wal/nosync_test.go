@@ -49,7 +49,7 @@ func TestNoSyncAppend(t *testing.T) {
 			b.Header.LastSeq = uint64(i/3 + 1)
 		}
 		wg.Add(1)
-		if err := l.AppendAsync(ctx, b, func(err error) {
+		if err := l.AppendAsync(ctx, ref(b), func(err error) {
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 			}

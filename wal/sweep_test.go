@@ -282,7 +282,7 @@ func TestSweepRechecksAtDelete(t *testing.T) {
 	revive := batch(old, 1, 2, 2)
 	revive.Header.Status, revive.Header.LastActiveAt = StatusActive, t0
 	ra := newAsync()
-	if err := l.AppendAsync(ctx, revive, ra.done); err != nil {
+	if err := l.AppendAsync(ctx, ref(revive), ra.done); err != nil {
 		t.Fatal(err)
 	}
 	rel := goCall(func() error { return l.Release(ctx, "revived", 1) })
