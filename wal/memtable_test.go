@@ -27,3 +27,16 @@ func TestMemTableSize(t *testing.T) {
 		t.Fatalf("%d flushes with a 1 MiB memtable, %d with the default: the size did not reach Pebble", small, dflt)
 	}
 }
+
+// Only groups whose requests never read the batch back go unindexed: a
+// create, claim, delete or copy reads a header an earlier request of the
+// same group may have written.
+func TestOnlyWrites(t *testing.T) {
+	reads := map[reqKind]bool{reqCreate: true, reqClaim: true, reqDelete: true, reqCopy: true}
+	for k := reqAppend; k <= reqCopy; k++ {
+		group := []*request{{kind: reqAppend}, {kind: k}}
+		if got := onlyWrites(group); got == reads[k] {
+			t.Errorf("request kind %d: onlyWrites = %v", k, got)
+		}
+	}
+}
