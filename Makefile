@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/
 	$(GO) test -run '^$$' -fuzz FuzzClientFrame -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOnceMatches -fuzztime 30s ./gateway/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFlatMatches -fuzztime 30s ./gateway/
 
 vet:
 	$(GO) vet ./...

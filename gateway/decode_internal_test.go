@@ -41,3 +41,63 @@ func FuzzDecodeOnceMatches(f *testing.F) {
 		}
 	})
 }
+
+// decodeFlat, the hand-written path for flat frames, agrees with
+// encoding/json on every frame it takes.
+func FuzzDecodeFlatMatches(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"send","id":"a","content":"hi"}`,
+		` { "type" : "send" , "id" : "é🙂" , "content" : "" } `,
+		`{"type":"hello","token":"t","session_id":"S","last_seq":7}`,
+		`{"type":"history","before_seq":10,"limit":5}`,
+		`{"type":"ping","id":"p1"}`,
+		`{"type":"complete"}`,
+		`{"type":"hello","last_seq":18446744073709551615}`,
+		`{"type":"hello","last_seq":18446744073709551616}`,
+		`{"type":"history","limit":01}`,
+		`{"type":"history","limit":1e2}`,
+		`{"type":"send","id":"a","id":"b"}`,
+		`{"type":"send","content":"a\nb"}`,
+		`{"TYPE":"send"}`,
+		`{"type":"send","content":"x"} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		flat, ok := decodeFlat(data)
+		if !ok {
+			return
+		}
+		viaJSON, ok := decodeJSON(data)
+		if !ok {
+			t.Fatalf("%s: the flat path took %+v, encoding/json refused it", data, flat)
+		}
+		if !reflect.DeepEqual(flat, viaJSON) {
+			t.Fatalf("%s: flat path %+v, encoding/json %+v", data, flat, viaJSON)
+		}
+	})
+}
+
+// The flat path takes the frames it is for.
+func TestDecodeFlatTakes(t *testing.T) {
+	for _, s := range []string{
+		`{"type":"send","id":"m1","content":"hello"}`,
+		`{"type":"ping","id":"p"}`,
+		`{"type":"history","before_seq":3,"limit":2}`,
+		`{"type":"hello","token":"t","session_id":"s","last_seq":0}`,
+	} {
+		if _, ok := decodeFlat([]byte(s)); !ok {
+			t.Errorf("%s: not taken", s)
+		}
+	}
+	for _, s := range []string{
+		`{"type":"send","id":"m1","content":"a\"b"}`,
+		`{"type":"send","metadata":{}}`,
+		`{"type":"history","limit":-1}`,
+		`{"type":"send","id":"a","id":"b"}`,
+	} {
+		if _, ok := decodeFlat([]byte(s)); ok {
+			t.Errorf("%s: taken", s)
+		}
+	}
+}

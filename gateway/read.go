@@ -341,10 +341,24 @@ func decodeSlow(data []byte) (wire.ClientFrame, error) {
 // reports false for anything DecodeFrame must look at more closely: an
 // error, no type, or values that cannot be stored.
 func decodeOnce(data []byte) (wire.ClientFrame, bool) {
+	if f, ok := decodeFlat(data); ok {
+		return f, true
+	}
+	return decodeJSON(data)
+}
+
+// decodeJSON is decodeOnce through encoding/json.
+func decodeJSON(data []byte) (wire.ClientFrame, bool) {
 	var v wire.ClientFrame // every type's fields: only v.Type's are kept
 	if err := json.Unmarshal(data, &v); err != nil || v.Type == "" {
 		return wire.ClientFrame{}, false
 	}
+	return pickStorable(v)
+}
+
+// pickStorable keeps the fields of v's type, and reports false when a
+// value there cannot be stored.
+func pickStorable(v wire.ClientFrame) (wire.ClientFrame, bool) {
 	f := wire.ClientFrame{Type: v.Type}
 	switch v.Type {
 	case wire.TypeHello:
