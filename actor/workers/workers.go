@@ -55,6 +55,24 @@ func (p *Pool) Go(task func()) {
 // run runs tasks until the pool has enough parked goroutines or closes.
 func (p *Pool) run(task func()) {
 	defer p.wg.Done()
+	p.loop(task)
+}
+
+// stackHold is the frame the goroutine's tasks run above and it parks in.
+const stackHold = 8 << 10
+
+// loop is run's loop, in a frame of stackHold bytes. The garbage
+// collector halves the stack of a goroutine that uses less than a quarter
+// of it, so a goroutine parked in a small frame lost the stack it had
+// grown and grew it again, copying it at each doubling, on its next task
+// (3% of the server's CPU under load). Parked this deep, it keeps a stack
+// of up to 4×stackHold whole; MaxIdle bounds what that holds. The frame is
+// zeroed once per goroutine, not once per task.
+//
+//go:noinline
+func (p *Pool) loop(task func()) {
+	var hold [stackHold]byte
+	use(&hold)
 	w := make(chan func(), 1)
 	for task != nil {
 		task()
@@ -65,25 +83,8 @@ func (p *Pool) run(task func()) {
 		}
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
-		task = park(w)
+		task = <-w
 	}
-}
-
-// stackHold is the frame a parked goroutine waits in.
-const stackHold = 8 << 10
-
-// park waits for the next task in a frame of stackHold bytes. The garbage
-// collector halves the stack of a goroutine that uses less than a quarter
-// of it, so a worker parked in a small frame lost the stack it had grown
-// and grew it again, copying it at each doubling, on its next task (3% of
-// the server's CPU under load). Waiting this deep keeps a stack of up to
-// 4×stackHold whole; the pool's MaxIdle bounds what that holds.
-//
-//go:noinline
-func park(w chan func()) func() {
-	var hold [stackHold]byte
-	use(&hold)
-	return <-w
 }
 
 // use keeps hold a real frame: the compiler drops an unused array.
