@@ -304,9 +304,9 @@ func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 			err = c.ws.WriteMessage(websocket.TextMessage, b)
 		}
 	} else {
-		// Gorilla writes the ping (a control frame may interleave with
-		// nothing of its own); the frames are framed into the same
-		// buffer, after it, and the deadline is set once for the write.
+		// Gorilla still writes the ping; the frames are framed into the
+		// same buffer after it (cork.go), and the deadline is set once
+		// for the one write.
 		c.cork.cork()
 		if ping {
 			err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)

@@ -9,7 +9,9 @@
 // a small stack (idle.go) and handles what arrives on one of the server's
 // parked goroutines (actor/workers), whose stacks have grown already; its
 // writer exists only while frames are queued, on such a goroutine too, and
-// puts everything queued on the wire with one write (cork.go).
+// puts everything queued on the wire with one write (cork.go). Flat
+// client frames, the common ones, are decoded without encoding/json
+// (flat.go).
 //
 // Subpackages: wire (frame types and codes, shared with clients), client
 // (the Go client library), web (the demo page), node (how a node is

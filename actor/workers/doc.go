@@ -8,7 +8,8 @@
 // doubling) while it decodes, encodes and appends; under load a profile
 // showed a tenth of the server's CPU copying stacks. A Pool keeps a
 // bounded number of finished goroutines parked, stacks already grown,
-// and hands the next task to one of them.
+// and hands the next task to one of them; a parked goroutine waits deep
+// enough in its stack that the garbage collector does not shrink it.
 //
 // A Pool does not own the tasks: whoever submits one still waits for it
 // (the actor's registry and the gateway keep their own WaitGroups). It
