@@ -26,19 +26,32 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	target  string
-	conns   []*pconn
+	conns   []*Conn
 	swallow bytes.Buffer
 	mode    Mode
 	lastFwd time.Time // when the server last sent a client a byte
 }
 
-type pconn struct {
+// Conn is one relayed connection.
+type Conn struct {
 	client, server net.Conn
 	muted          atomic.Bool // server → client swallowed
 	dead           atomic.Bool // both ways swallowed
+	ws             atomic.Bool // carried a WebSocket upgrade to /v1/ws
+
+	mu                       sync.Mutex
+	clientClose, serverClose time.Time // first close frame from each side
 }
 
-func (pc *pconn) shut() {
+// Closes reports when each side first sent a WebSocket close frame (zero:
+// not yet).
+func (pc *Conn) Closes() (client, server time.Time) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.clientClose, pc.serverClose
+}
+
+func (pc *Conn) shut() {
 	pc.client.Close()
 	pc.server.Close()
 }
@@ -78,7 +91,7 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
-		pc := &pconn{client: c, server: s}
+		pc := &Conn{client: c, server: s}
 		pc.dead.Store(mode == Stall)
 		p.mu.Lock()
 		p.conns = append(p.conns, pc)
@@ -90,14 +103,17 @@ func (p *Proxy) accept() {
 }
 
 // relay copies from → to, or swallows once the connection is dead (or,
-// downstream, muted); either side ending closes both.
-func (p *Proxy) relay(pc *pconn, from, to net.Conn, down bool) {
+// downstream, muted). Either side ending closes both, unless the
+// connection is dead: a lost signal tells neither side anything, so only
+// Close closes it then.
+func (p *Proxy) relay(pc *Conn, from, to net.Conn, down bool) {
 	defer p.wg.Done()
-	defer pc.shut()
+	var frames frameScanner
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
+			pc.watch(&frames, buf[:n], !down)
 			switch {
 			case pc.dead.Load():
 			case down && pc.muted.Load():
@@ -110,6 +126,7 @@ func (p *Proxy) relay(pc *pconn, from, to net.Conn, down bool) {
 				}
 			default:
 				if _, werr := to.Write(buf[:n]); werr != nil {
+					pc.shutUnlessDead()
 					return
 				}
 				if down {
@@ -120,9 +137,50 @@ func (p *Proxy) relay(pc *pconn, from, to net.Conn, down bool) {
 			}
 		}
 		if err != nil {
+			pc.shutUnlessDead()
 			return
 		}
 	}
+}
+
+func (pc *Conn) shutUnlessDead() {
+	if !pc.dead.Load() {
+		pc.shut()
+	}
+}
+
+// watch notes, from what one direction carries, a WebSocket upgrade and
+// the first close frame.
+func (pc *Conn) watch(frames *frameScanner, chunk []byte, fromClient bool) {
+	if fromClient && bytes.Contains(chunk, []byte("GET /v1/ws")) {
+		pc.ws.Store(true)
+	}
+	if !frames.feed(chunk) {
+		return
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	at := &pc.serverClose
+	if fromClient {
+		at = &pc.clientClose
+	}
+	if at.IsZero() {
+		*at = time.Now()
+	}
+}
+
+// WebSockets are the connections that carried a WebSocket upgrade, oldest
+// first.
+func (p *Proxy) WebSockets() []*Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*Conn
+	for _, pc := range p.conns {
+		if pc.ws.Load() {
+			out = append(out, pc)
+		}
+	}
+	return out
 }
 
 // Count is how many connections the proxy has relayed.

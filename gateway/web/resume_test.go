@@ -35,7 +35,7 @@ func TestDrop(t *testing.T) {
 	// resume); the page sent no close frame before that.
 	deadline := time.Now().Add(wait)
 	for {
-		client, server := old[0].closes()
+		client, server := old[0].Closes()
 		if !server.IsZero() {
 			if !client.IsZero() && client.Before(server) {
 				t.Errorf("the page sent a close frame on drop (%v before the server's): a clean close, not a signal loss", server.Sub(client))
