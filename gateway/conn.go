@@ -103,19 +103,15 @@ func (c *conn) Deliver(o actor.Out) {
 // into pooled buffers, given back once written (a tenth of the server's
 // garbage under load was these frames).
 func (c *conn) encode(o actor.Out) ([]byte, *[]byte, error) {
-	var bp *[]byte
-	switch o := o.(type) {
-	case *actor.EntryOut:
-		bp = c.srv.frames.Get().(*[]byte)
-		*bp = appendMessage((*bp)[:0], &o.Entry, wire.TypeMessage)
-	case *actor.AckOut:
-		bp = c.srv.frames.Get().(*[]byte)
-		*bp = appendAck((*bp)[:0], o.ID, o.Seq)
-	default:
-		b, err := encodeOut(o)
-		return b, nil, err
+	switch o.(type) {
+	case *actor.EntryOut, *actor.AckOut:
+		bp := c.srv.frames.Get().(*[]byte)
+		b, err := appendOut((*bp)[:0], o)
+		*bp = b
+		return b, bp, err
 	}
-	return *bp, bp, nil
+	b, err := encodeOut(o)
+	return b, nil, err
 }
 
 // release gives written frames' buffers back to the pool.

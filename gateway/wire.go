@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway/wire"
@@ -42,17 +43,21 @@ func nonNil(m map[string]any) map[string]any {
 // it passes on as they are (cluster.Config.EncodeFrame).
 func EncodeFrame(o actor.Out) ([]byte, error) { return encodeOut(o) }
 
-func encodeOut(o actor.Out) ([]byte, error) {
+func encodeOut(o actor.Out) ([]byte, error) { return appendOut(nil, o) }
+
+// appendOut appends o's frame to b, which it grows once to the frame's
+// likely size (b may be a pooled buffer: conn.encode).
+func appendOut(b []byte, o actor.Out) ([]byte, error) {
 	var v any
 	switch o := o.(type) {
 	case *actor.EntryOut:
-		return appendMessage(make([]byte, 0, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
+		return appendMessage(slices.Grow(b, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
 	case *actor.AckOut:
-		return appendAck(make([]byte, 0, 48+len(o.ID)), o.ID, o.Seq), nil
+		return appendAck(slices.Grow(b, 48+len(o.ID)), o.ID, o.Seq), nil
 	case *actor.DeltaOut:
-		return appendDelta(make([]byte, 0, 64+len(o.Text)), deltaFrame(o)), nil
+		return appendDelta(slices.Grow(b, 64+len(o.Text)), deltaFrame(o)), nil
 	case *actor.BatchOut:
-		return appendBatch(make([]byte, 0, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
+		return appendBatch(slices.Grow(b, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
 	case *actor.SessionOut:
 		v = wire.SessionFrame{
 			Type: wire.TypeSession, SessionID: o.SessionID, Resumed: o.Resumed, Reason: o.Reason,
@@ -68,7 +73,11 @@ func encodeOut(o actor.Out) ([]byte, error) {
 	default:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: wire.CodeInternal, Message: "unknown server frame"}
 	}
-	return json.Marshal(v)
+	j, err := json.Marshal(v)
+	if len(b) == 0 {
+		return j, err
+	}
+	return append(b, j...), err
 }
 
 // batchSize guesses a history_batch's encoded size, to allocate once.

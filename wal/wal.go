@@ -84,7 +84,7 @@ type Log struct {
 	// group: tests park it there to line requests up.
 	testHold atomic.Pointer[func()]
 
-	// claims and scratch are owned by the committer goroutine.
+	// claims, scratch and staged are owned by the committer goroutine.
 	claims  map[string]claim
 	scratch kvScratch
 	staged  map[string]*claim // the group's claim changes (commitGroup)
