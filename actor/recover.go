@@ -161,14 +161,15 @@ feed:
 }
 
 // finishRecovery ends the boot pass: the node records that it is alive,
-// says it has recovered, and starts the liveness and sweep jobs.
+// starts the liveness and sweep jobs, and then says it has recovered (so
+// that whoever waits on Recovered finds the jobs scheduled).
 func (r *Registry) finishRecovery(ctx context.Context) error {
 	err := r.markAlive(ctx)
-	close(r.recovered)
 	r.every("liveness", r.cfg.AliveInterval, r.markAlive)
 	if r.cfg.SweepInterval > 0 {
 		r.every("retention sweep", r.cfg.SweepInterval, r.sweep)
 	}
+	close(r.recovered)
 	return err
 }
 
