@@ -183,11 +183,18 @@ read:
 		}
 		return u, a
 	}
-	if u, a := users(); u != a {
-		c2.until(30*time.Second, "an agent reply to every user entry", l.observe, func(frame) bool {
-			u, a := users()
-			return u == a
-		})
+	// The last resend's ack comes before its entry and reply: wait for
+	// those too, or they reach the history read below but not l.
+	newest := uint64(0)
+	for _, seq := range again {
+		newest = max(newest, seq)
+	}
+	caughtUp := func() bool {
+		u, a := users()
+		return u == a && l.contiguous() >= newest
+	}
+	if !caughtUp() {
+		c2.until(30*time.Second, "an agent reply to every user entry", l.observe, func(frame) bool { return caughtUp() })
 	}
 	hi := l.contiguous()
 	final := newEntryLog(t)
