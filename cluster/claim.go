@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/tether-dev/tether/wal"
 )
 
-// copyAt is one node's copy of a session, as a survey found it.
+// copyAt is one node's copy of a session, as a fence or a peek found it.
 type copyAt struct {
 	node   string
 	header wal.Header
@@ -28,32 +27,72 @@ func (a copyAt) newer(b copyAt) bool {
 	return a.header.LastSeq > b.header.LastSeq
 }
 
-// claim makes this node the owner of sid: it finds the best copy in the
-// cluster, pulls what its own copy lacks, takes an epoch above every copy
-// it saw, and fences and catches up the session's replicas — all before
-// the session takes a write.
+// maxFenceRounds bounds the retries of a claim whose epoch a copy had
+// already passed (this node's own earlier claim under the same
+// configuration that it no longer remembers).
+const maxFenceRounds = 3
+
+// claim makes this node the owner of sid under the committed
+// configuration it has caught up with, in the order that loses nothing
+// (Kafka's leader epochs, on an epoch Raft made unique):
+//
+//  1. take an epoch in the configuration's range, above this node's own;
+//  2. fence the copies with it: from then on they refuse the old owner,
+//     so it can acknowledge nothing more;
+//  3. read their heads after the fence, and fence more nodes until every
+//     configuration since the one the newest entry was written under has
+//     at least one of its write set fenced (each acknowledged entry is on
+//     all of its write set; a set none of whose members answers leaves
+//     the session unavailable, never started from a stale copy);
+//  4. pull the newest copy, claim locally, and catch up the replicas.
 func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error) {
-	copies := j.survey(ctx, sid)
-	best, ok := j.best(ctx, sid, copies)
-	if !ok {
-		return wal.SessionData{}, fmt.Errorf("%w: %q", wal.ErrNotFound, sid)
-	}
-	if err := j.released(ctx, sid, copies); err != nil {
-		return wal.SessionData{}, err
+	cfg, err := j.c.cons.committed()
+	if err != nil {
+		return wal.SessionData{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	self := j.c.cfg.Self.ID
+	if owner := j.c.cons.fsm.placement(cfg).Owner(sid); owner != self {
+		return wal.SessionData{}, fmt.Errorf("%w: %s owns %s under configuration %d", ErrUnavailable, owner, sid, cfg.Number)
+	}
+	epoch := cfg.Number << epochShift
+	if h, err := j.local.Header(sid); err == nil && epochConfig(h.Epoch) == cfg.Number {
+		epoch = max(epoch, h.Epoch+1)
+	}
+	var copies []copyAt
+	for round := 0; ; round++ {
+		var stale uint64
+		copies, stale, err = j.fenceCovering(ctx, sid, cfg, epoch)
+		if err != nil {
+			return wal.SessionData{}, err
+		}
+		if stale == 0 {
+			break
+		}
+		if epochConfig(stale) > cfg.Number || epochConfig(stale+1) != cfg.Number || round+1 >= maxFenceRounds {
+			return wal.SessionData{}, fmt.Errorf("%w: %s is fenced at epoch %d, above this node's configuration %d", ErrUnavailable, sid, stale, cfg.Number)
+		}
+		epoch = stale + 1
+	}
+	if len(copies) == 0 {
+		return wal.SessionData{}, fmt.Errorf("%w: %q", wal.ErrNotFound, sid)
+	}
+	best := copies[0]
+	for _, c := range copies[1:] {
+		if c.newer(best) || (!best.newer(c) && c.node == self) {
+			best = c
+		}
+	}
 	mine := slices.IndexFunc(copies, func(c copyAt) bool { return c.node == self })
-	if mine < 0 || best.node != self && best.newer(copies[mine]) {
+	if best.node != self && (mine < 0 || best.newer(copies[mine])) {
 		if err := j.pull(ctx, sid, best, mine >= 0); err != nil {
 			return wal.SessionData{}, err
 		}
 	}
-	epoch := uint64(0)
-	for _, c := range copies {
-		epoch = max(epoch, c.header.Epoch)
-	}
-	d, err := j.local.ClaimAt(ctx, sid, epoch+1)
+	d, err := j.local.ClaimAt(ctx, sid, epoch)
 	if err != nil {
+		if errors.Is(err, wal.ErrStaleEpoch) {
+			err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 		return wal.SessionData{}, err
 	}
 	r := j.replicatorFor(sid, d.Header.Epoch, d.Header.LastSeq, d.Header.LastEpoch)
@@ -65,125 +104,147 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 	return d, nil
 }
 
-// released waits until no other live member holds sid: the owner each
-// copy names, when it is a member in this node's view, is asked whether
-// it owns the session in its own view or still runs its actor. Views
-// disagree while gossip settles (gossip is not consensus); a node that
-// took a session from an owner still writing it — a stale view taking it
-// back from the node that fenced it, a new owner pulling while the old
-// one has not let go — could lose entries the other had acked, since it
-// reads the copies before it fences them. The holder lets go as soon as
-// its view catches up (moveAway), so the claim waits for that, up to
-// ForwardFor; then the client is told to retry. An owner gone from the
-// view (failed, left) is not asked: a takeover after a failure costs no
-// call.
-func (j *journal) released(ctx context.Context, sid string, copies []copyAt) error {
-	self := j.c.cfg.Self.ID
-	var owners []string
-	for _, cp := range copies {
-		if o := cp.header.Owner; o != "" && o != self && !slices.Contains(owners, o) {
-			owners = append(owners, o)
-		}
-	}
-	deadline := time.Now().Add(j.c.cfg.ForwardFor)
-	for _, o := range owners {
-		for {
-			if _, ok := j.c.member(o); !ok {
-				break
-			}
-			var resp holdsResp
-			err := j.c.call(ctx, o, methodHolds, headReq{SID: sid}, &resp)
-			if err == nil && !resp.Holds {
-				break
-			}
-			if err == nil {
-				err = fmt.Errorf("%s still holds %s", o, sid)
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: %v", ErrUnavailable, err)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	return nil
+// fenced is one node's answer to a fence.
+type fenced struct {
+	ok    bool // fenced (or already at this epoch)
+	found bool
+	hdr   wal.Header
+	stale uint64 // > 0: the copy is at this newer epoch; not fenced
 }
 
-// survey asks the nodes that may hold a copy of sid — its replicas in
-// this node's view, the owner this node's own copy names, and, when none
-// of those has one, every member — for their copy's header.
-func (j *journal) survey(ctx context.Context, sid string) []copyAt {
+// fenceCovering fences sid at epoch on this node, the session's current
+// replicas, and then as many nodes as it takes to cover every
+// configuration since the newest entry's (see claim). It returns the
+// copies found, or the newest epoch a copy refused the fence with.
+func (j *journal) fenceCovering(ctx context.Context, sid string, cfg Configuration, epoch uint64) ([]copyAt, uint64, error) {
 	self := j.c.cfg.Self.ID
-	var found []copyAt
-	asked := map[string]bool{self: true}
-	if h, err := j.local.Header(sid); err == nil {
-		found = append(found, copyAt{node: self, header: h})
-		if h.Owner != "" && h.Owner != self {
-			asked[h.Owner] = false
-		}
-	}
-	for _, id := range j.c.replicas(sid) {
-		if !asked[id] {
-			asked[id] = false
-		}
-	}
+	answers := map[string]fenced{}
 	ask := func(ids []string) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for _, id := range ids {
-			if _, ok := j.c.member(id); !ok {
+			if _, done := answers[id]; done {
 				continue
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var resp headResp
-				if err := j.c.call(ctx, id, methodHead, headReq{SID: sid}, &resp); err != nil || !resp.Found {
-					return
-				}
+				a := j.fenceOne(ctx, id, sid, epoch)
 				mu.Lock()
-				found = append(found, copyAt{node: id, header: resp.Header})
+				answers[id] = a
 				mu.Unlock()
 			}()
 		}
 		wg.Wait()
 	}
-	var first []string
-	for id, done := range asked {
-		if !done {
-			first = append(first, id)
-			asked[id] = true
-		}
+	first := append([]string{self}, j.c.cons.fsm.placement(cfg).Replicas(sid, cfg.Replicas)...)
+	if h, err := j.local.Header(sid); err == nil && h.Owner != "" {
+		first = append(first, h.Owner)
 	}
 	ask(first)
-	if len(found) == 0 {
-		var rest []string
-		for _, m := range j.c.others() {
-			if !asked[m.ID] {
-				rest = append(rest, m.ID)
+	for {
+		var stale, newest uint64
+		for _, a := range answers {
+			stale = max(stale, a.stale)
+			if a.found {
+				newest = max(newest, a.hdr.LastEpoch)
 			}
 		}
-		ask(rest)
+		if stale > 0 {
+			return nil, stale, nil
+		}
+		var more []string
+		for _, c := range j.c.cons.fsm.since(epochConfig(newest)) {
+			if c.Number > cfg.Number {
+				break
+			}
+			w := j.c.cons.fsm.placement(c).Replicas(sid, c.Replicas)
+			if slices.ContainsFunc(w, func(id string) bool { return answers[id].ok }) {
+				continue
+			}
+			unasked := slices.DeleteFunc(slices.Clone(w), func(id string) bool { _, done := answers[id]; return done })
+			if len(unasked) == 0 {
+				j.c.stats.unavailable.Add(1)
+				return nil, 0, fmt.Errorf("%w: no holder of %s under configuration %d (%v) answers", ErrUnavailable, sid, c.Number, w)
+			}
+			more = append(more, unasked...)
+		}
+		if len(more) == 0 {
+			break
+		}
+		ask(more)
 	}
-	return found
-}
-
-// best picks the copy every acknowledged entry is in (copyAt.newer),
-// preferring this node's own among equals.
-func (j *journal) best(_ context.Context, _ string, copies []copyAt) (copyAt, bool) {
-	if len(copies) == 0 {
-		return copyAt{}, false
-	}
-	b := copies[0]
-	for _, c := range copies[1:] {
-		if c.newer(b) || (!b.newer(c) && c.node == j.c.cfg.Self.ID) {
-			b = c
+	var copies []copyAt
+	for id, a := range answers {
+		if a.ok && a.found {
+			copies = append(copies, copyAt{node: id, header: a.hdr})
 		}
 	}
-	return b, true
+	return copies, 0, nil
+}
+
+// fenceOne fences sid on node id (this node's own store for self).
+func (j *journal) fenceOne(ctx context.Context, id, sid string, epoch uint64) fenced {
+	self := j.c.cfg.Self.ID
+	if id == self {
+		f, err := j.local.Fence(ctx, sid, epoch, self)
+		switch {
+		case errors.Is(err, wal.ErrStaleEpoch):
+			return fenced{stale: max(f.PrevEpoch, f.Header.Epoch)}
+		case err != nil:
+			j.c.log.Warn("fence local copy", "session", sid, "err", err)
+			return fenced{}
+		}
+		return fenced{ok: true, found: f.Found, hdr: f.Header}
+	}
+	var resp fenceResp
+	if err := j.c.call(ctx, id, methodFence, fenceReq{SID: sid, Epoch: epoch, Owner: self}, &resp); err != nil {
+		j.c.log.Debug("fence", "session", sid, "node", id, "err", err)
+		return fenced{}
+	}
+	if resp.Stale > 0 {
+		return fenced{stale: resp.Stale}
+	}
+	return fenced{ok: true, found: resp.Found, hdr: resp.Header}
+}
+
+// peek reads the heads of sid's copies without fencing them (for a
+// session this node does not hold and does not claim): every member of
+// the committed configuration is asked. Found false with a nil error
+// means every member answered and none holds a copy.
+func (j *journal) peek(ctx context.Context, sid string) (copyAt, bool, error) {
+	cfg := j.c.cons.fsm.current()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var best copyAt
+	found, failed := false, false
+	for _, m := range cfg.Members {
+		if m.ID == j.c.cfg.Self.ID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var resp headResp
+			err := j.c.call(ctx, m.ID, methodHead, headReq{SID: sid}, &resp)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				failed = true
+			case resp.Found:
+				c := copyAt{node: m.ID, header: resp.Header}
+				if !found || c.newer(best) {
+					best, found = c, true
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if !found && failed {
+		return best, false, fmt.Errorf("%w: not every member answered for %s", ErrUnavailable, sid)
+	}
+	return best, found, nil
 }
 
 // pull takes from's copy of sid into this node's store: from the last
@@ -258,6 +319,3 @@ func (j *journal) agreeFrom(ctx context.Context, sid string, from copyAt) (uint6
 	}
 	return 1, nil
 }
-
-// errNoCopy: no node answered with a copy of the session.
-var errNoCopy = errors.New("cluster: no copy of the session found")

@@ -40,8 +40,21 @@ type Config struct {
 	// or TestTiming (a dead node noticed in about a second).
 	Timing Timing
 	// Replicas is how many nodes hold each session's log, the owner
-	// included (R); capped by the cluster's size. Default 2.
+	// included (R): an entry is acknowledged only once all R that the
+	// committed configuration names have stored it. Capped only by the
+	// configuration's size, never by what this node can see. Default 2.
 	Replicas int
+	// RaftDir is where Raft's log, stable store and snapshots live (the
+	// node puts it in its data directory). Required.
+	RaftDir string
+	// BootstrapExpect is how many nodes form the first Raft group
+	// (Consul's -bootstrap-expect): a node without Raft state waits until
+	// gossip shows that many nodes expecting the same, and the lowest ids
+	// bootstrap together. 1 bootstraps this node alone at once. 0, the
+	// default, means 1 without Seeds, and with Seeds: never bootstrap,
+	// wait for the existing group's leader to add this node. A node with
+	// Raft state ignores it and rejoins the peers it knew.
+	BootstrapExpect int
 	// Placement must be the same on every node.
 	Placement PlacementConfig
 	// Store is this node's log: its own sessions and the copies it keeps
@@ -72,8 +85,14 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.Self.ID == "" || c.Store == nil || c.Gossip == "" {
-		return errors.New("cluster: Config.Self.ID, Config.Store and Config.Gossip are required")
+	if c.Self.ID == "" || c.Store == nil || c.Gossip == "" || c.RaftDir == "" {
+		return errors.New("cluster: Config.Self.ID, Config.Store, Config.Gossip and Config.RaftDir are required")
+	}
+	if c.BootstrapExpect < 0 {
+		return errors.New("cluster: Config.BootstrapExpect must be ≥ 0")
+	}
+	if c.BootstrapExpect == 0 && len(c.Seeds) == 0 {
+		c.BootstrapExpect = 1
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 2
@@ -95,7 +114,8 @@ func (c *Config) setDefaults() error {
 
 // Stats are a cluster node's counters.
 type Stats struct {
-	Members     int
+	Members     int // in the committed configuration
+	Raft        Status
 	Pulls       uint64 // activations that fetched a log from another node
 	Forwarded   uint64 // client sessions opened on another owner
 	Served      uint64 // client sessions served for another node's client
@@ -115,20 +135,22 @@ type Cluster struct {
 	log     *slog.Logger
 	link    *Link
 	members *Membership
+	cons    *consensus
 	journal *journal
 	pulls   chan struct{}
-	viewed  chan struct{} // closed at the first member list
+	configs chan struct{} // a configuration was applied: move sessions
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.RWMutex
-	place *Placement
-	view  map[string]Member
-	gone  map[string]bool // members the view dropped (see onChange)
-	reg   *actor.Registry // set by Attach
-	left  bool
+	mu      sync.RWMutex
+	config  Configuration     // the newest applied (maybe not caught up)
+	place   *Placement        // over config's members
+	view    map[string]Member // the gossip view, for addresses of members not in config yet
+	reg     *actor.Registry   // set by Attach
+	left    bool
+	leavers map[string]bool // members that asked the leader to let them leave
 
 	stats struct {
 		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames atomic.Uint64
@@ -136,18 +158,19 @@ type Cluster struct {
 	closeOnce sync.Once
 }
 
-// New starts the node link and gossip, joins the seeds, and waits for the
-// first member list. Attach the session registry before serving clients.
+// New starts the node link, Raft and gossip. It does not wait for the
+// committed configuration: the node must serve its HTTP listener (Raft
+// and the link are on it) for that; WaitReady does.
 func New(cfg Config) (*Cluster, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Logger.With("node", cfg.Self.ID), pulls: make(chan struct{}, cfg.MaxPulls), viewed: make(chan struct{})}
+	c := &Cluster{cfg: cfg, log: cfg.Logger.With("node", cfg.Self.ID), pulls: make(chan struct{}, cfg.MaxPulls), configs: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.journal = newJournal(c)
-	c.place = NewPlacement([]string{cfg.Self.ID}, cfg.Placement)
+	c.place = NewPlacement(nil, cfg.Placement)
 	c.view = map[string]Member{cfg.Self.ID: {NodeMeta: cfg.Self}}
-	c.gone = map[string]bool{}
+	c.leavers = map[string]bool{}
 	var err error
 	c.link, err = NewLink(LinkConfig{
 		NodeID: cfg.Self.ID, Secret: cfg.Secret, Serve: c.serve, Accept: c.accept,
@@ -156,26 +179,53 @@ func New(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.members, err = NewMembership(MembershipConfig{
-		Self: cfg.Self, Bind: cfg.Gossip, Seeds: cfg.Seeds, Secret: cfg.Secret, Timing: cfg.Timing,
-		OnChange: c.onChange, Transport: cfg.Transport, Logger: cfg.Logger,
-	})
-	if err != nil {
+	if c.cons, err = newConsensus(c, c.configured); err != nil {
 		_ = c.link.Close()
 		return nil, err
 	}
-	// Ownership must be known before the registry recovers what this node
-	// owns: wait for the first member list.
-	select {
-	case <-c.viewed:
-	case <-time.After(10 * time.Second):
-		c.log.Warn("no member list yet; starting with this node alone")
+	self := cfg.Self
+	self.Expect, self.HasState = cfg.BootstrapExpect, c.cons.hadState
+	c.members, err = NewMembership(MembershipConfig{
+		Self: self, Bind: cfg.Gossip, Seeds: cfg.Seeds, Secret: cfg.Secret, Timing: cfg.Timing,
+		MoreSeeds: c.cons.gossipSeeds, OnChange: c.onChange, Transport: cfg.Transport, Logger: cfg.Logger,
+	})
+	if err != nil {
+		_ = c.cons.close()
+		_ = c.link.Close()
+		return nil, err
 	}
+	c.wg.Add(2)
+	go func() {
+		defer c.wg.Done()
+		c.cons.run(c.ctx)
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.moveLoop()
+	}()
 	return c, nil
 }
 
-// Handler serves the node link; mount it at /v1/link.
-func (c *Cluster) Handler() http.Handler { return c.link.Handler() }
+// WaitReady blocks until this node is in a committed configuration it
+// has caught up with (or ctx ends): only then may it claim sessions. A
+// restarted node waits here for a quorum of its old peers.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	_, err := c.cons.waitCommitted(ctx)
+	return err
+}
+
+// Handler serves the node link at /v1/link and Raft at /v1/raft; mount
+// it at both.
+func (c *Cluster) Handler() http.Handler {
+	link := c.link.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/raft" {
+			c.cons.stream.ServeHTTP(w, r)
+			return
+		}
+		link.ServeHTTP(w, r)
+	})
+}
 
 // Journal is the replicated journal for the session registry.
 func (c *Cluster) Journal() actor.Journal { return c.journal }
@@ -190,23 +240,28 @@ func (c *Cluster) Attach(reg *actor.Registry) {
 	c.mu.Lock()
 	c.reg = reg
 	c.mu.Unlock()
-	c.moveAway(nil) // sessions recovered at boot that another node now owns
+	c.moveAway() // sessions recovered at boot that another node now owns
 }
 
 // NewID returns a fresh session id.
 func (c *Cluster) NewID() string { return rand.Text() }
 
-// Owns reports whether this node owns sid now.
-func (c *Cluster) Owns(sid string) bool { return c.owner(sid) == c.cfg.Self.ID }
-
-// Ready is nil once the node is part of a cluster: joined to another
-// member, or alone because no seed was given.
-func (c *Cluster) Ready() error {
-	if len(c.cfg.Seeds) > 0 && len(c.members.Members()) < 2 {
-		return errors.New("not joined to the cluster yet")
-	}
-	return nil
+// Owns reports whether this node owns sid now: under a committed
+// configuration it has caught up with.
+func (c *Cluster) Owns(sid string) bool {
+	cfg, err := c.cons.committed()
+	return err == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID
 }
+
+// Ready is nil once the node is in the newest committed configuration it
+// can learn of, caught up with its leader.
+func (c *Cluster) Ready() error {
+	_, err := c.cons.committed()
+	return err
+}
+
+// Configuration is the newest configuration this node has applied.
+func (c *Cluster) Configuration() Configuration { return c.cons.fsm.current() }
 
 // Members returns the members as this node sees them.
 func (c *Cluster) Members() []Member { return c.members.Members() }
@@ -214,35 +269,38 @@ func (c *Cluster) Members() []Member { return c.members.Members() }
 // Stats returns the counters.
 func (c *Cluster) Stats() Stats {
 	c.mu.RLock()
-	n := len(c.view)
+	n := len(c.config.Members)
 	c.mu.RUnlock()
 	s := &c.stats
 	return Stats{
-		Members: n, Pulls: s.pulls.Load(), Forwarded: s.forwarded.Load(), Served: s.served.Load(),
+		Members: n, Raft: c.cons.status(), Pulls: s.pulls.Load(), Forwarded: s.forwarded.Load(), Served: s.served.Load(),
 		Replicated: s.replicated.Load(), Fenced: s.fenced.Load(), Moved: s.moved.Load(),
 		CatchUps: s.catchUps.Load(), Unavailable: s.unavailable.Load(), Frames: s.frames.Load(),
 	}
 }
 
 // Leave hands this node's sessions over and leaves the cluster: the
-// others are told (they stop routing here and take the sessions over from
-// the copies they hold), then every session actor here is stopped — its
-// appends finished and replicated, its clients, wherever attached, told
-// to reconnect (1012). Close follows.
+// leader commits a configuration without this node (and drops it from
+// Raft), so the sessions move to their replicas; then every session
+// actor here is stopped — its clients, wherever attached, told to
+// reconnect (1012) — and gossip says goodbye. Close follows.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.mu.Lock()
 	c.left = true
 	reg := c.reg
 	c.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cerr := c.leaveConfiguration(cctx)
+	cancel()
+	if reg != nil {
+		c.evict(ctx, reg, reg.ActiveIDs())
+	}
 	// The leave message goes out with the next gossip rounds; when no one
 	// is left to take it, memberlist would wait for the whole deadline.
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err := c.members.Leave(lctx)
 	cancel()
-	if reg != nil {
-		c.evict(ctx, reg, reg.ActiveIDs())
-	}
-	return err
+	return errors.Join(cerr, err)
 }
 
 // hasLeft reports whether Leave was called.
@@ -258,7 +316,7 @@ func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
-		err = errors.Join(c.members.Close(), c.link.Close())
+		err = errors.Join(c.members.Close(), c.cons.close(), c.link.Close())
 	})
 	return err
 }
@@ -270,33 +328,32 @@ func (c *Cluster) owner(sid string) string {
 	return c.place.Owner(sid)
 }
 
-// replicas are the nodes that hold sid's log: the owner, then its next
-// owners; at most Replicas of them.
+// replicas are the nodes that hold sid's log under the newest applied
+// configuration: the owner, then its next owners; R of them (fewer only
+// when the configuration has fewer members).
 func (c *Cluster) replicas(sid string) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.place.Replicas(sid, c.cfg.Replicas)
+	return c.place.Replicas(sid, c.config.Replicas)
 }
 
-// member returns a member's metadata in this node's view.
+// member returns a node's addresses: from the newest configuration that
+// names it, else from gossip.
 func (c *Cluster) member(id string) (Member, bool) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	m, ok := c.view[id]
-	return m, ok
-}
-
-// others are the members but this node.
-func (c *Cluster) others() []Member {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]Member, 0, len(c.view))
-	for id, m := range c.view {
-		if id != c.cfg.Self.ID {
-			out = append(out, m)
+	cfg := c.config
+	gm, inView := c.view[id]
+	c.mu.RUnlock()
+	if m, ok := cfg.Member(id); ok {
+		return Member{NodeMeta: m, GossipAddr: m.Gossip}, true
+	}
+	hist := c.cons.fsm.since(0)
+	for i := len(hist) - 1; i >= 0; i-- {
+		if m, ok := hist[i].Member(id); ok {
+			return Member{NodeMeta: m, GossipAddr: m.Gossip}, true
 		}
 	}
-	return out
+	return gm, inView
 }
 
 // call calls method on node id over the link.

@@ -28,7 +28,16 @@ var (
 type NodeMeta struct {
 	ID         string `msgpack:"id"`
 	ClientAddr string `msgpack:"client"` // host:port of the HTTP+WS listener
-	LinkAddr   string `msgpack:"link"`   // host:port where the node link is served
+	LinkAddr   string `msgpack:"link"`   // host:port where the node link (and Raft) is served
+	// Expect is the node's --bootstrap-expect, so nodes without Raft state
+	// agree on who forms the first group; HasState says it has Raft state
+	// (it is or was in a group: no one bootstraps with it).
+	Expect   int  `msgpack:"x,omitempty"`
+	HasState bool `msgpack:"hs,omitempty"`
+	// Gossip is the member's gossip address, filled in by the Raft leader
+	// in a committed Configuration (a restarted node rejoins there); empty
+	// in gossip itself.
+	Gossip string `msgpack:"g,omitempty"`
 }
 
 // Timing is a set of memberlist timeouts; pick a preset. The zero value
@@ -47,6 +56,11 @@ type Timing struct {
 	GossipToTheDeadTime     time.Duration
 	// Rejoin is the default MembershipConfig.RejoinInterval.
 	Rejoin time.Duration
+	// RaftHeartbeat and RaftElection are Raft's heartbeat and election
+	// timeouts (a leader's failure is noticed after about one of them),
+	// RaftLease its leader lease; zero means Raft's defaults (1 s, 1 s,
+	// 500 ms).
+	RaftHeartbeat, RaftElection, RaftLease time.Duration
 }
 
 func timingFrom(c *memberlist.Config, rejoin time.Duration) Timing {
@@ -89,6 +103,9 @@ func TestTiming() Timing {
 		RetransmitMult:          3,
 		GossipToTheDeadTime:     time.Second,
 		Rejoin:                  500 * time.Millisecond,
+		RaftHeartbeat:           300 * time.Millisecond,
+		RaftElection:            300 * time.Millisecond,
+		RaftLease:               150 * time.Millisecond,
 	}
 }
 
@@ -130,6 +147,10 @@ type MembershipConfig struct {
 	// Timing is a preset (LANTiming, LocalTiming, TestTiming); zero means
 	// LANTiming.
 	Timing Timing
+	// MoreSeeds, if set, adds addresses to join at every rejoin: the
+	// cluster gives the gossip addresses of the members of its committed
+	// configuration, so a restarted node finds its peers without seeds.
+	MoreSeeds func() []string
 	// RejoinInterval is how often the seeds are joined again, so a healed
 	// partition merges back. Default Timing.Rejoin.
 	RejoinInterval time.Duration

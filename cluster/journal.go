@@ -31,6 +31,14 @@ func newJournal(c *Cluster) *journal {
 // Create stores a new session here and on its replicas before it is
 // shown to anyone.
 func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error) {
+	cfg, err := j.c.cons.committed()
+	if err != nil {
+		return wal.Header{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if owner := j.c.cons.fsm.placement(cfg).Owner(h.SessionID); owner != j.c.cfg.Self.ID {
+		return wal.Header{}, fmt.Errorf("%w: %s owns %s under configuration %d", ErrUnavailable, owner, h.SessionID, cfg.Number)
+	}
+	h.Epoch = cfg.Number << epochShift
 	hdr, err := j.local.Create(ctx, h, context)
 	if err != nil {
 		return wal.Header{}, err
@@ -75,7 +83,10 @@ func (j *journal) Header(sid string) (wal.Header, error) {
 	if !errors.Is(err, wal.ErrNotFound) {
 		return h, err
 	}
-	best, ok := j.best(j.c.ctx, sid, j.survey(j.c.ctx, sid))
+	best, ok, perr := j.peek(j.c.ctx, sid)
+	if perr != nil {
+		return wal.Header{}, perr
+	}
 	if !ok {
 		return wal.Header{}, err
 	}
@@ -88,7 +99,10 @@ func (j *journal) Load(sid string) (wal.SessionData, error) {
 	if !errors.Is(err, wal.ErrNotFound) {
 		return d, err
 	}
-	best, ok := j.best(j.c.ctx, sid, j.survey(j.c.ctx, sid))
+	best, ok, perr := j.peek(j.c.ctx, sid)
+	if perr != nil {
+		return wal.SessionData{}, perr
+	}
 	if !ok {
 		return wal.SessionData{}, err
 	}

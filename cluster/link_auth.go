@@ -56,7 +56,10 @@ func decodeNonce(s string) ([]byte, bool) {
 	return b, err == nil && len(b) == nonceLen
 }
 
-var b64 = base64.RawURLEncoding.EncodeToString
+var (
+	b64       = base64.RawURLEncoding.EncodeToString
+	decodeB64 = base64.RawURLEncoding.DecodeString
+)
 
 // Handler serves peers' connections; mount it at LinkConfig.Path.
 func (l *Link) Handler() http.Handler { return http.HandlerFunc(l.serveHTTP) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -67,8 +68,9 @@ type Membership struct {
 	wg   sync.WaitGroup
 
 	mu     sync.Mutex
-	nodes  map[string]Member // alive and suspect members by id, State unset
-	misses map[string]int    // member id → pings in a row without an answer
+	nodes  map[string]Member    // alive and suspect members by id, State unset
+	misses map[string]int       // member id → pings in a row without an answer
+	left   map[string]time.Time // members that left gracefully, and when
 	closed bool
 
 	duplicate atomic.Bool // a live member at another address has our id
@@ -85,6 +87,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		stop:   make(chan struct{}),
 		nodes:  make(map[string]Member),
 		misses: make(map[string]int),
+		left:   make(map[string]time.Time),
 	}
 	meta, err := encodeMeta(cfg.Self)
 	var mc *memberlist.Config
@@ -176,6 +179,14 @@ func (m *Membership) Leave(ctx context.Context) error {
 	return errors.Join(lerr, m.ml.Shutdown())
 }
 
+// Left returns the members that left gracefully (and have not come back)
+// since this node started, by id.
+func (m *Membership) Left() map[string]time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.left)
+}
+
 // Close stops gossip without a leave message, as a crash would (others
 // declare this node dead after their failure detection). Safe to call
 // twice, and after Leave.
@@ -203,7 +214,12 @@ func (m *Membership) markClosed() bool {
 // join joins the seeds other than this node.
 func (m *Membership) join(initial bool) error {
 	self := m.Addr()
-	seeds := slices.DeleteFunc(slices.Clone(m.cfg.Seeds), func(s string) bool { return s == self })
+	seeds := slices.Clone(m.cfg.Seeds)
+	if m.cfg.MoreSeeds != nil {
+		seeds = append(seeds, m.cfg.MoreSeeds()...)
+	}
+	slices.Sort(seeds)
+	seeds = slices.DeleteFunc(slices.Compact(seeds), func(s string) bool { return s == self || s == "" })
 	if len(seeds) == 0 {
 		return nil
 	}
@@ -350,9 +366,13 @@ func (m *Membership) nodeEvent(n *memberlist.Node, alive bool) {
 	m.mu.Lock()
 	if alive {
 		m.nodes[n.Name] = mb
+		delete(m.left, n.Name)
 	} else {
 		delete(m.nodes, n.Name)
 		delete(m.misses, n.Name)
+		if n.State == memberlist.StateLeft {
+			m.left[n.Name] = time.Now()
+		}
 	}
 	m.mu.Unlock()
 	m.changed()

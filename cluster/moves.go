@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,64 +13,76 @@ import (
 // once after a membership change.
 const moveConcurrency = 16
 
-// onChange takes a new member list from the membership: the placement is
-// rebuilt off the request path, then sessions whose owner changed move.
+// onChange takes a new member list from gossip. Gossip decides nothing
+// here: the list is kept for addresses, and the Raft leader is woken to
+// reconcile it into the next configuration (leader.go).
 func (c *Cluster) onChange(members []Member) {
-	ids := make([]string, 0, len(members))
 	view := make(map[string]Member, len(members))
 	for _, m := range members {
-		ids = append(ids, m.ID)
 		view[m.ID] = m
 	}
-	p := NewPlacement(ids, c.cfg.Placement)
-	p.Warm(min(c.cfg.Replicas, len(ids)))
 	c.mu.Lock()
-	// A member this node's view had dropped that is back (a partition
-	// healed, a node restarted) may have taken sessions over while it
-	// could not see this node: see moveAway.
-	var back []string
-	for id := range view {
-		if c.gone[id] {
-			back = append(back, id)
-			delete(c.gone, id)
-		}
+	c.view = view
+	c.mu.Unlock()
+	if c.cons != nil {
+		c.cons.poke()
 	}
-	for id := range c.view {
-		if _, ok := view[id]; !ok {
-			c.gone[id] = true
-		}
-	}
-	c.place, c.view = p, view
-	attached := c.reg != nil && !c.left
+}
+
+// configured takes a configuration Raft applied (from Raft's FSM
+// goroutine, so it never blocks): placement follows it at once, and
+// moveLoop moves sessions once the node has caught up.
+func (c *Cluster) configured(cfg Configuration) {
+	p := c.cons.fsm.placement(cfg)
+	p.Warm(min(cfg.Replicas, len(cfg.Members)))
+	c.mu.Lock()
+	c.config, c.place = cfg, p
 	c.mu.Unlock()
 	select {
-	case <-c.viewed:
+	case c.configs <- struct{}{}:
 	default:
-		close(c.viewed)
 	}
-	c.log.Info("members", "count", len(ids), "members", ids)
-	if attached {
-		c.moveAway(back)
-		c.takeOver()
+}
+
+// moveLoop acts on new configurations: once this node has caught up with
+// one (never on a configuration it is still replaying), it stops the
+// actors of sessions it no longer owns and takes over those it now owns
+// that have a turn in flight.
+func (c *Cluster) moveLoop() {
+	var done uint64
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.configs:
+		}
+		cfg, err := c.cons.waitCommitted(c.ctx)
+		if err != nil || cfg.Number == done {
+			continue
+		}
+		done = cfg.Number
+		c.log.Info("configuration", "number", cfg.Number, "members", cfg.IDs())
+		c.mu.RLock()
+		attached := c.reg != nil && !c.left
+		c.mu.RUnlock()
+		if attached {
+			c.moveAway()
+			c.takeOver()
+		}
 	}
 }
 
 // moveAway stops the actors of sessions this node no longer owns: their
-// clients reconnect and reach the new owner, which takes the session over
-// from the copies (this node's among them). It also stops those whose
-// replicas include a member that is back: while the two could not see
-// each other, that member may have owned the session and written to it,
-// so this actor's memory may be stale (its next append would be fenced,
-// but a resume would be served from it first). Its client reconnects and
-// the session is claimed again from the newest copy.
-func (c *Cluster) moveAway(back []string) {
+// clients reconnect and reach the new owner, which fences the copies and
+// takes the session over from the newest.
+func (c *Cluster) moveAway() {
 	reg, err := c.registry()
 	if err != nil {
 		return
 	}
 	var gone []string
 	for _, sid := range reg.ActiveIDs() {
-		if !c.Owns(sid) || len(back) > 0 && slices.ContainsFunc(c.replicas(sid), func(id string) bool { return slices.Contains(back, id) }) {
+		if !c.Owns(sid) {
 			gone = append(gone, sid)
 		}
 	}

@@ -14,7 +14,9 @@ const (
 	methodCopy     = "copy"     // wal.Copy → struct{}: replication (fenced)
 	methodSnapshot = "snapshot" // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
 	methodSession  = "session"  // stream: a client attached through another node
-	methodHolds    = "holds"    // headReq → holdsResp: does the node own or serve the session now
+	methodFence    = "fence"    // fenceReq → fenceResp: raise a copy's epoch, then report its head
+	methodStatus   = "status"   // struct{} → statusResp: the leader's probe of a member's link and Raft
+	methodLeave    = "leave"    // leaveReq → struct{}: at the leader, take a member out of the configuration
 )
 
 // Link error codes (link.WithCode) the other side maps to sentinels.
@@ -40,8 +42,27 @@ type headResp struct {
 	Header wal.Header `msgpack:"h"`
 }
 
-type holdsResp struct {
-	Holds bool `msgpack:"h"`
+type fenceReq struct {
+	SID   string `msgpack:"s"`
+	Epoch uint64 `msgpack:"e"`
+	Owner string `msgpack:"o"`
+}
+
+// fenceResp is the copy's head after the fence; Stale > 0 instead says
+// the copy is at that newer epoch and was not fenced.
+type fenceResp struct {
+	Found  bool       `msgpack:"f"`
+	Header wal.Header `msgpack:"h"`
+	Stale  uint64     `msgpack:"x,omitempty"`
+}
+
+type statusResp struct {
+	Applied uint64 `msgpack:"a"`
+	Config  uint64 `msgpack:"c"`
+}
+
+type leaveReq struct {
+	ID string `msgpack:"i"`
 }
 
 // readReq asks for entries lo <= seq < hi of a copy (at most Limit), with

@@ -151,10 +151,13 @@ func (r *replicator) merge(items []queued) wal.Copy {
 }
 
 // replicate stores cp on every replica, catching up those that are
-// behind, and retries while a replica does not answer: the membership
-// will either bring it back or drop it from the set.
+// behind, and retries while a replica does not answer — the leader will
+// either see it back or commit a configuration without it — for at most
+// ForwardFor: then the entries were never acknowledged, and the session
+// fails over to a new claim (its clients are told unavailable and retry).
 func (r *replicator) replicate(cp wal.Copy) error {
 	backoff := 20 * time.Millisecond
+	deadline := time.Now().Add(r.c.cfg.ForwardFor)
 	for {
 		err := r.shipTo(r.targets(), cp)
 		if err == nil {
@@ -176,6 +179,10 @@ func (r *replicator) replicate(cp wal.Copy) error {
 			// replica never comes, and retrying would hold the leave up
 			// forever. The entries were never acknowledged.
 			return fmt.Errorf("%w: cannot replicate after leaving: %v", ErrUnavailable, err)
+		}
+		if time.Now().After(deadline) {
+			r.c.stats.unavailable.Add(1)
+			return fmt.Errorf("%w: replicas of %s did not store its entries within %v: %v", ErrUnavailable, r.sid, r.c.cfg.ForwardFor, err)
 		}
 		r.c.log.Warn("replication delayed", "session", r.sid, "err", err)
 		select {

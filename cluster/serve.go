@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -28,12 +27,27 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 			return nil, err
 		}
 		return headResp{Found: true, Header: h}, nil
-	case methodHolds:
-		var req headReq
+	case methodFence:
+		var req fenceReq
 		if err := msgpack.Unmarshal(body, &req); err != nil {
 			return nil, err
 		}
-		return holdsResp{Holds: c.holds(req.SID)}, nil
+		f, err := c.cfg.Store.Fence(ctx, req.SID, req.Epoch, req.Owner)
+		if errors.Is(err, wal.ErrStaleEpoch) {
+			return fenceResp{Stale: max(f.PrevEpoch, f.Header.Epoch)}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return fenceResp{Found: f.Found, Header: f.Header}, nil
+	case methodStatus:
+		return statusResp{Applied: c.cons.raft.AppliedIndex(), Config: c.cons.fsm.current().Number}, nil
+	case methodLeave:
+		var req leaveReq
+		if err := msgpack.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		return struct{}{}, c.letLeave(ctx, req.ID)
 	case methodRead:
 		var req readReq
 		if err := msgpack.Unmarshal(body, &req); err != nil {
@@ -65,18 +79,6 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 		return snapshotResp{Snap: snap}, nil
 	}
 	return nil, fmt.Errorf("cluster: unknown method %q from %s", method, from)
-}
-
-// holds reports whether this node owns sid in its view or still runs
-// its actor (a move away not finished): then no other node may claim it.
-func (c *Cluster) holds(sid string) bool {
-	c.mu.RLock()
-	reg, left, owns := c.reg, c.left, c.place.Owner(sid) == c.cfg.Self.ID
-	c.mu.RUnlock()
-	if left {
-		return false
-	}
-	return owns || reg != nil && slices.Contains(reg.ActiveIDs(), sid)
 }
 
 func (c *Cluster) serveRead(req readReq) (readResp, error) {

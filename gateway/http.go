@@ -21,6 +21,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/ws", s.handleWS)
 	if s.cfg.Link != nil {
 		mux.Handle("/v1/link", s.cfg.Link)
+		mux.Handle("/v1/raft", s.cfg.Link)
 	}
 	mux.HandleFunc("GET /v1/sessions/{id}", s.cors(s.handleSnapshot))
 	mux.HandleFunc("OPTIONS /v1/sessions/{id}", s.cors(nil))

@@ -83,8 +83,28 @@ func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
 	}
 	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_members", Help: "Members in this node's view."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_members", Help: "Members of the committed configuration."},
 			func() float64 { return float64(stats().Members) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_configuration", Help: "Number of the newest committed configuration applied here."},
+			func() float64 { return float64(stats().Raft.Configuration) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_voters", Help: "Voters of the Raft group."},
+			func() float64 { return float64(stats().Raft.Voters) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_leader", Help: "1 while this node leads the Raft group."},
+			func() float64 {
+				if stats().Raft.IsLeader {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_has_leader", Help: "1 while this node knows a Raft leader."},
+			func() float64 {
+				if stats().Raft.Leader != "" {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_commit_seconds", Help: "Commit latency of the last configuration this node committed as leader."},
+			func() float64 { return stats().Raft.CommitLatency.Seconds() }),
 		counter("tether_cluster_pulls_total", "Activations that fetched a session's log from another node.", func(s cluster.Stats) uint64 { return s.Pulls }),
 		counter("tether_cluster_forwarded_total", "Client sessions opened on another owner.", func(s cluster.Stats) uint64 { return s.Forwarded }),
 		counter("tether_cluster_served_total", "Sessions served here for clients of other nodes.", func(s cluster.Stats) uint64 { return s.Served }),

@@ -83,7 +83,8 @@ type Config struct {
 	// A request with no Origin (not a browser) is always allowed, and so
 	// is a page of the node's own host. Default: the node's own host only.
 	AllowedOrigins []string
-	// Link, if set, is the cluster's node link, served at /v1/link.
+	// Link, if set, is the cluster's node link and Raft transport, served
+	// at /v1/link and /v1/raft.
 	Link http.Handler
 	// Ready reports whether the node can serve (GET /readyz). Default:
 	// always ready.

@@ -144,12 +144,14 @@ const (
 	prefixContext = 'c'
 	prefixEntry   = 'e'
 	prefixSend    = 's'
+	prefixFence   = 'f'
 )
 
 var keyAlive = []byte("nalive")
 
 func headerKey(sid string) []byte  { return append([]byte{prefixHeader}, sid...) }
 func contextKey(sid string) []byte { return append([]byte{prefixContext}, sid...) }
+func fenceKey(sid string) []byte   { return append([]byte{prefixFence}, sid...) }
 
 // sessionPrefix is the start of sid's keys under prefix p; the range ends
 // at the same bytes with a final 0x01.

@@ -44,6 +44,7 @@ const (
 	reqRelease
 	reqDelete
 	reqAlive
+	reqFence
 	reqCopy // last: TestOnlyWrites walks the kinds up to it
 )
 
@@ -61,6 +62,7 @@ type request struct {
 	copy *Copy
 
 	data    *SessionData // result of create/claim
+	fenced  *Fenced      // result of a fence
 	deleted bool
 	err     error
 	// Exactly one of done and callback is set: a waiting caller, or an
@@ -123,8 +125,8 @@ func (l *Log) recycle(r *request) {
 	}
 }
 
-// Create stores a new session claimed with epoch 1 by this node
-// (Config.NodeID), with its first context (nil: none).
+// Create stores a new session claimed by this node (Config.NodeID) with
+// h.Epoch (1 when zero), with its first context (nil: none).
 func (l *Log) Create(ctx context.Context, h Header, context []byte) (Header, error) {
 	if err := CheckID(h.SessionID); err != nil {
 		return Header{}, err
@@ -408,6 +410,8 @@ func (l *Log) apply(b *pebble.Batch, staged map[string]*claim, r *request) error
 		return l.applyDelete(b, staged, r)
 	case reqCopy:
 		return l.applyCopy(b, staged, r)
+	case reqFence:
+		return l.applyFence(b, staged, r)
 	case reqAlive:
 		return b.Set(keyAlive, binary.BigEndian.AppendUint64(nil, uint64(r.at.UnixNano())), nil)
 	}
@@ -422,7 +426,10 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 		}
 		return err
 	}
-	h.Epoch, h.Owner, h.LastSeq = 1, r.owner, 0
+	if h.Epoch == 0 {
+		h.Epoch = 1
+	}
+	h.Owner, h.LastSeq = r.owner, 0
 	kv := &l.scratch
 	kv.reset()
 	if err := kv.header(h.SessionID, h); err != nil {
@@ -435,7 +442,7 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 		return err
 	}
 	r.data = &SessionData{Header: h, Context: r.batch.Context}
-	staged[h.SessionID] = &claim{epoch: 1, owner: r.owner, hdr: &h}
+	staged[h.SessionID] = &claim{epoch: h.Epoch, owner: r.owner, hdr: &h}
 	return nil
 }
 
@@ -451,8 +458,10 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 	switch {
 	case r.epoch == 0:
 		h.Epoch++
-	case r.epoch <= h.Epoch:
-		return fmt.Errorf("%w: %q is at epoch %d, claim asks for %d", ErrStaleEpoch, r.sid, h.Epoch, r.epoch)
+	case r.epoch < h.Epoch || r.epoch == h.Epoch && h.Owner != r.owner:
+		// The same epoch is taken again only by the owner that fenced
+		// the copies with it (see Fence).
+		return fmt.Errorf("%w: %q is at epoch %d (owner %s), claim asks for %d", ErrStaleEpoch, r.sid, h.Epoch, h.Owner, r.epoch)
 	default:
 		h.Epoch = r.epoch
 	}
@@ -550,7 +559,7 @@ func (l *Log) applyDelete(b *pebble.Batch, staged map[string]*claim, r *request)
 			return err
 		}
 	}
-	for _, k := range [][]byte{headerKey(r.sid), contextKey(r.sid)} {
+	for _, k := range [][]byte{headerKey(r.sid), contextKey(r.sid), fenceKey(r.sid)} {
 		if err := b.Delete(k, nil); err != nil {
 			return err
 		}

@@ -32,7 +32,7 @@ func TestMemTableSize(t *testing.T) {
 // create, claim, delete or copy reads a header an earlier request of the
 // same group may have written.
 func TestOnlyWrites(t *testing.T) {
-	reads := map[reqKind]bool{reqCreate: true, reqClaim: true, reqDelete: true, reqCopy: true}
+	reads := map[reqKind]bool{reqCreate: true, reqClaim: true, reqDelete: true, reqCopy: true, reqFence: true}
 	for k := reqAppend; k <= reqCopy; k++ {
 		group := []*request{{kind: reqAppend}, {kind: k}}
 		if got := onlyWrites(group); got == reads[k] {

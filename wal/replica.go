@@ -64,8 +64,9 @@ func (l *Log) Store(ctx context.Context, c Copy) error {
 }
 
 // ClaimAt claims a session as Claim does, but with the given epoch, which
-// must be newer than the stored one: a new owner in a cluster takes an
-// epoch above every copy it has seen.
+// must be newer than the stored one, or the stored one under the same
+// owner (a claiming owner fences its own copy first): a new owner in a
+// cluster takes an epoch above every copy it has seen.
 func (l *Log) ClaimAt(ctx context.Context, sid string, epoch uint64) (SessionData, error) {
 	if err := CheckID(sid); err != nil {
 		return SessionData{}, err
@@ -82,6 +83,11 @@ func (l *Log) applyCopy(b *pebble.Batch, staged map[string]*claim, r *request) e
 	var ce *CorruptError
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &ce) {
 		return err // an unreadable copy is replaced by the owner's
+	}
+	if !exists && !c.Adopt {
+		if err := checkFenceRecord(b, c); err != nil {
+			return err
+		}
 	}
 	if exists && !c.Adopt {
 		switch {

@@ -28,7 +28,7 @@ type serveConfig struct {
 	listen, data, nodeID, gossip, join, clusterSecret string
 	advertise, gossipTiming                           string
 	gossipSet                                         bool
-	replicas                                          int
+	replicas, bootstrapExpect                         int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
 	idleTimeout, flushInterval                        time.Duration
 	replayLimit, maxContent, maxContext, maxTurns     int
@@ -64,7 +64,8 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	str(&c.join, "join", "", "seed nodes to join: their --gossip addresses, comma-separated host:port (host names allowed)")
 	str(&c.advertise, "advertise", "", "host:port other nodes reach this node's HTTP server at (default: --listen)")
 	str(&c.gossipTiming, "gossip-timing", "lan", "failure detection preset: lan (a dead node noticed in ~5 s), local, or test (~1 s)")
-	num(&c.replicas, "replicas", 2, "copies of each entry in a cluster")
+	num(&c.replicas, "replicas", 2, "copies of each entry in a cluster: an entry is acknowledged once all of them stored it")
+	num(&c.bootstrapExpect, "bootstrap-expect", 0, "nodes that form a new cluster's Raft group together (0: 1 without --join, else join an existing group); ignored once the node has Raft state")
 	dur(&c.window, "window", 5*time.Minute, "reconnect window")
 	dur(&c.retention, "retention", time.Hour, "keep expired/completed sessions this long after their last activity")
 	num(&c.replayLimit, "replay-limit", 50, "entries in one resume batch")
@@ -118,6 +119,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.window <= 0 || c.retention <= 0 || c.helloTimeout <= 0 || c.reauthMaxAge <= 0 || c.idleTimeout <= 0:
 		return errors.New("serve: durations must be positive")
+	case c.bootstrapExpect < 0:
+		return errors.New("serve: --bootstrap-expect must be ≥ 0")
 	case c.replayLimit < 1 || c.maxFrame < 256 || c.maxContent < 1 || c.rate < 0 || c.replicas < 1:
 		return errors.New("serve: --replay-limit, --max-content and --replicas must be ≥ 1, --max-frame ≥ 256, --rate ≥ 0")
 	case c.maxContext < 2 || c.maxTurns < 1 || c.tailBytes < 1 || c.maxQueue < 1<<16:
@@ -214,13 +217,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			AllowedOrigins: origins,
 		},
 	}
-	n, err := node.New(nc)
+	n, err := node.Start(ctx, nc)
 	if err != nil && !c.gossipSet && c.join == "" && addrInUse(err) {
 		// The default gossip address is taken and there is nothing to
 		// join: run alone rather than refuse to start.
 		logger.Warn("the default gossip address is in use: this node runs alone (give --gossip to let others join it)", "gossip", c.gossip)
 		nc.Cluster = nil
-		n, err = node.New(nc)
+		n, err = node.Start(ctx, nc)
 	}
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -278,7 +281,7 @@ func jwtSecret(c serveConfig) ([]byte, error) {
 
 // clusterConfig is the node's cluster membership from the flags.
 func (c *serveConfig) clusterConfig() *cluster.Config {
-	cc := &cluster.Config{Gossip: c.gossip, Secret: c.clusterSecret, Replicas: c.replicas}
+	cc := &cluster.Config{Gossip: c.gossip, Secret: c.clusterSecret, Replicas: c.replicas, BootstrapExpect: c.bootstrapExpect}
 	if c.join != "" {
 		for _, s := range strings.Split(c.join, ",") {
 			if s = strings.TrimSpace(s); s != "" {

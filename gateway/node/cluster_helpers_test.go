@@ -72,6 +72,26 @@ type tcluster struct {
 	// one made after closeAll was registered would be removed before
 	// closeAll runs (cleanups run last first), under a node still writing.
 	dirs []string
+	// starts ends the node.Start calls still waiting to join (closeAll
+	// ends it first); nil until the first start.
+	starts     context.Context
+	stopStarts context.CancelFunc
+}
+
+// startCtx is the context node.Start runs under.
+func (c *tcluster) startCtx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.starts == nil {
+		c.starts, c.stopStarts = context.WithCancel(context.Background())
+	}
+	return c.starts
+}
+
+// cancelStarts ends every node.Start still waiting.
+func (c *tcluster) cancelStarts() {
+	c.startCtx()
+	c.stopStarts()
 }
 
 // newCluster starts n nodes, n1 first and the others joining it, and
@@ -153,7 +173,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 		_ = ft.Shutdown() // the tweak chose another transport
 		tn.ft = nil
 	}
-	nd, err := node.New(cfg)
+	nd, err := node.Start(c.startCtx(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +221,7 @@ func (c *tcluster) stop(n *tnode) {
 }
 
 func (c *tcluster) closeAll() {
+	c.cancelStarts()
 	var wg sync.WaitGroup
 	for _, n := range c.live() {
 		wg.Go(func() { _ = n.Close() })

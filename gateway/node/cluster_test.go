@@ -6,16 +6,14 @@ package node_test
 // run against real `tether serve` processes in cmd/tether.
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -209,19 +207,32 @@ func TestSnapshotFromAnyNode(t *testing.T) {
 	}
 }
 
-// A node that was given seeds is not ready until it has joined one; a
-// node given none is ready at once (alone by choice).
+// A node that was given seeds serves its listener but is not ready (and
+// node.Start does not return) until it is in a committed configuration; a
+// node given none forms a group of one and is ready at once.
 func TestReadyOnlyOnceJoined(t *testing.T) {
 	t.Parallel()
 	c := &tcluster{t: t, o: opts{replicas: 2, forward: 3 * time.Second}}
 	t.Cleanup(c.closeAll)
 	seed := freeAddr(t) // nothing there yet
-	a, err := c.start("a", []string{seed}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, body := get(t, a.HTTP()+"/readyz", ""); code != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz before joining: %d %s", code, body)
+	started := make(chan error, 1)
+	go func() {
+		_, err := c.start("a", []string{seed}, func(cfg *node.Config) { cfg.Listener = ln })
+		started <- err
+	}()
+	url := "http://" + ln.Addr().String()
+	eventually(t, "a's listener to answer not ready", func() bool {
+		code, _ := get(t, url+"/readyz", "")
+		return code == http.StatusServiceUnavailable
+	})
+	select {
+	case err := <-started:
+		t.Fatalf("a started before it joined a cluster: %v", err)
+	default:
 	}
 	b, err := c.start("b", nil, func(cfg *node.Config) { cfg.Cluster.Gossip, cfg.Cluster.Transport = seed, nil })
 	if err != nil {
@@ -230,10 +241,18 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 	if code, body := get(t, b.HTTP()+"/readyz", ""); code != http.StatusOK {
 		t.Fatalf("/readyz of a node without seeds: %d %s", code, body)
 	}
-	eventually(t, "a to join b and be ready", func() bool {
-		code, _ := get(t, a.HTTP()+"/readyz", "")
-		return code == http.StatusOK
-	})
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a did not start after b formed the cluster")
+	}
+	a := c.byID("a")
+	if code, body := get(t, a.HTTP()+"/readyz", ""); code != http.StatusOK {
+		t.Fatalf("/readyz of a once started: %d %s", code, body)
+	}
 	c.waitView(a, b)
 }
 
@@ -244,10 +263,12 @@ type connSink struct{}
 func (connSink) Deliver(actor.Out)               {}
 func (connSink) Close(actor.CloseReason, string) {}
 
-// A new session is stored on its replicas before anyone sees it: when a
-// replica cannot be reached (its node link does not answer, its gossip
-// does), the create answers unavailable (1013) and no copy is left behind.
-func TestCreateNeedsItsReplicas(t *testing.T) {
+// A member whose node link cannot be reached (its gossip can) is never
+// put in the configuration: it could neither serve its sessions nor hold
+// their copies. So its node does not become ready, and the rest of the
+// cluster goes on without it, acknowledging what the configuration's
+// members store.
+func TestUnreachableLinkNotInConfiguration(t *testing.T) {
 	t.Parallel()
 	c := &tcluster{t: t, o: opts{replicas: 2, forward: time.Second}}
 	t.Cleanup(c.closeAll)
@@ -256,33 +277,35 @@ func TestCreateNeedsItsReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := freeAddr(t) // n2's node link is advertised where nothing listens
-	n2, err := c.start("n2", []string{n1.Cluster.GossipAddr()}, func(cfg *node.Config) { cfg.Advertise = dead })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.waitView(n1, n2)
-
-	for range 4 { // ids owned by n1 (its replica n2 unreachable) or by n2 (unreachable)
-		cl := dial(t, n1)
-		f := cl.hello(token(t, "alice"), "", 0)
-		if f.Type != "error" || f.Code != "unavailable" {
-			t.Fatalf("create with a replica down: %s", f.Raw)
-		}
-		if code := cl.closeCode(nil); code != 1013 {
-			t.Fatalf("close %d, want 1013", code)
-		}
+	started := make(chan error, 1)
+	go func() {
+		_, err := c.start("n2", []string{n1.Cluster.GossipAddr()}, func(cfg *node.Config) { cfg.Advertise, cfg.Listener = dead, ln })
+		started <- err
+	}()
+	eventually(t, "n1 to see n2 in gossip", func() bool { return len(n1.Cluster.Members()) == 2 })
+	before := n1.Cluster.Configuration().Number
+	cl := dial(t, n1)
+	f := cl.hello(token(t, "alice"), "", 0)
+	if f.Type != "session" {
+		t.Fatalf("create while n2 cannot be reached: %s", f.Raw)
 	}
-	var sid string
-	for sid == "" || !n1.Cluster.Owns(sid) {
-		sid = n1.Cluster.NewID()
+	if cfg := n1.Cluster.Configuration(); len(cfg.Members) != 1 || cfg.Members[0].ID != "n1" {
+		t.Fatalf("configuration %d has %v, want n1 alone (it was %d)", cfg.Number, cfg.IDs(), before)
 	}
-	_, err = n1.Cluster.Create(context.Background(), actor.CreateRequest{SessionID: sid, UserID: "alice", Conn: connSink{}})
-	if !errors.Is(err, cluster.ErrUnavailable) {
-		t.Fatalf("create of a session n1 owns, its replica down: %v", err)
+	if code, _ := get(t, "http://"+ln.Addr().String()+"/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("n2 /readyz %d, want 503", code)
 	}
-	for _, n := range []*tnode{n1, n2} {
-		if s := sessionsIn(t, n); len(s) != 0 {
-			t.Errorf("%s holds %d sessions after creates that failed", n.id, len(s))
-		}
+	select {
+	case err := <-started:
+		t.Fatalf("n2 started without being in a configuration: %v", err)
+	default:
+	}
+	c.cancelStarts()
+	if err := <-started; err == nil {
+		t.Fatal("n2 started once its start was cancelled")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,7 @@ type Node struct {
 	Cluster *cluster.Cluster
 
 	log        *slog.Logger
+	mu         sync.Mutex // Registry, set late in a cluster
 	extraReady func() error
 	served     chan error
 	draining   atomic.Bool
@@ -74,8 +76,17 @@ type Node struct {
 	closeErr   error
 }
 
-// New opens the store, recovers the sessions, and starts serving.
-func New(cfg Config) (*Node, error) {
+// New opens the store, recovers the sessions, and starts serving: Start
+// without a deadline.
+func New(cfg Config) (*Node, error) { return Start(context.Background(), cfg) }
+
+// Start opens the store, recovers the sessions, and starts serving. A
+// clustered node serves its HTTP listener at once (Raft and the node link
+// are on it; /healthz answers, /readyz says why not yet, clients are told
+// unavailable) and returns once it is in a committed configuration it has
+// caught up with: a restarted node waits for a quorum of its peers, until
+// ctx ends.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -97,7 +108,7 @@ func New(cfg Config) (*Node, error) {
 	if n.ID == "" {
 		n.ID = n.Addr
 	}
-	if err := n.start(cfg, ln); err != nil {
+	if err := n.start(ctx, cfg, ln); err != nil {
 		ln.Close()
 		n.stopParts()
 		return nil, err
@@ -105,7 +116,7 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) start(cfg Config, ln net.Listener) error {
+func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 	n.Metrics = cfg.Gateway.Metrics
 	if n.Metrics == nil {
 		n.Metrics = gateway.NewMetrics()
@@ -125,51 +136,83 @@ func (n *Node) start(cfg Config, ln net.Listener) error {
 	if ac.Logger == nil {
 		ac.Logger = cfg.Logger
 	}
-	if cfg.Cluster != nil {
-		cc := *cfg.Cluster
-		adv := cfg.Advertise
-		if adv == "" {
-			adv = n.Addr
-		}
-		cc.Self = cluster.NodeMeta{ID: n.ID, ClientAddr: adv, LinkAddr: adv}
-		cc.Store = n.Log
-		if cc.EncodeFrame == nil {
-			cc.EncodeFrame = gateway.EncodeFrame
-		}
-		if cc.Logger == nil {
-			cc.Logger = cfg.Logger
-		}
-		if n.Cluster, err = cluster.New(cc); err != nil {
-			return fmt.Errorf("node: %w", err)
-		}
-		ac.Journal, ac.Owns = n.Cluster.Journal(), n.Cluster.Owns
-	}
-	if n.Registry, err = actor.New(ac); err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	if n.Cluster == nil {
-		// Alone, recovery waits on nothing but the local disk: finish it
-		// before serving, so that a node that listens is ready. A
-		// clustered node serves at once (its peers' recoveries need its
-		// link) and is not ready until it is done.
-		<-n.Registry.Recovered()
-	}
-	n.Metrics.Watch(n.Log.Stats, n.Registry.Stats)
 	gc := cfg.Gateway
 	n.extraReady = gc.Ready
-	gc.Backend, gc.Metrics, gc.Ready = gateway.Local(n.Registry), n.Metrics, n.ready
-	if n.Cluster != nil {
-		n.Cluster.Attach(n.Registry)
-		n.Metrics.WatchCluster(n.Cluster.Stats)
-		gc.Backend, gc.Link = gateway.Clustered(n.Cluster), n.Cluster.Handler()
-	}
+	gc.Metrics, gc.Ready = n.Metrics, n.ready
 	if gc.Logger == nil {
 		gc.Logger = cfg.Logger
 	}
+	if cfg.Cluster == nil {
+		if n.Registry, err = actor.New(ac); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		// Alone, recovery waits on nothing but the local disk: finish it
+		// before serving, so that a node that listens is ready.
+		<-n.Registry.Recovered()
+		n.Metrics.Watch(n.Log.Stats, n.Registry.Stats)
+		gc.Backend = gateway.Local(n.Registry)
+		if n.Server, err = gateway.New(gc); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		go func() { n.served <- n.Server.Serve(ln) }()
+		return nil
+	}
+	cc := *cfg.Cluster
+	adv := cfg.Advertise
+	if adv == "" {
+		adv = n.Addr
+	}
+	cc.Self = cluster.NodeMeta{ID: n.ID, ClientAddr: adv, LinkAddr: adv}
+	cc.Store = n.Log
+	if cc.RaftDir == "" {
+		cc.RaftDir = filepath.Join(cfg.Dir, "raft")
+	}
+	if cc.EncodeFrame == nil {
+		cc.EncodeFrame = gateway.EncodeFrame
+	}
+	if cc.Logger == nil {
+		cc.Logger = cfg.Logger
+	}
+	if n.Cluster, err = cluster.New(cc); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.Metrics.WatchCluster(n.Cluster.Stats)
+	// Serve first: Raft and the node link are on this listener, and a
+	// restarted node's peers must reach it before it can catch up. Until
+	// the registry is attached the cluster answers clients unavailable.
+	gc.Backend, gc.Link = gateway.Clustered(n.Cluster), n.Cluster.Handler()
 	if n.Server, err = gateway.New(gc); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	go func() { n.served <- n.Server.Serve(ln) }()
+	stopped := make(chan struct{})
+	go func() {
+		n.served <- n.Server.Serve(ln)
+		close(stopped)
+	}()
+	wait, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stopped: // the listener failed: stop waiting
+			cancel()
+		case <-wait.Done():
+		}
+	}()
+	if err := n.Cluster.WaitReady(wait); err != nil {
+		return fmt.Errorf("node: join the cluster: %w", err)
+	}
+	// Ownership is known now: recovery claims only what this node owns
+	// under the committed configuration.
+	ac.Journal, ac.Owns = n.Cluster.Journal(), n.Cluster.Owns
+	reg, err := actor.New(ac)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.mu.Lock()
+	n.Registry = reg
+	n.mu.Unlock()
+	n.Metrics.Watch(n.Log.Stats, reg.Stats)
+	n.Cluster.Attach(reg)
 	return nil
 }
 
@@ -179,8 +222,17 @@ func (n *Node) ready() error {
 	if n.draining.Load() {
 		return errors.New("shutting down")
 	}
+	n.mu.Lock()
+	reg := n.Registry
+	n.mu.Unlock()
+	if reg == nil {
+		if err := n.Cluster.Ready(); err != nil {
+			return fmt.Errorf("joining the cluster: %w", err)
+		}
+		return errors.New("joining the cluster")
+	}
 	select {
-	case <-n.Registry.Recovered():
+	case <-reg.Recovered():
 	default:
 		return errors.New("recovering sessions")
 	}
@@ -231,10 +283,13 @@ func (n *Node) Close() error {
 
 func (n *Node) stopParts() error {
 	var errs []error
-	if n.Registry != nil {
+	n.mu.Lock()
+	reg := n.Registry
+	n.mu.Unlock()
+	if reg != nil {
 		// Actors close their clients with 1012 and keep their state in
 		// the log.
-		errs = append(errs, n.Registry.Close())
+		errs = append(errs, reg.Close())
 	}
 	if n.Server != nil {
 		errs = append(errs, n.Server.Close())

@@ -1,0 +1,299 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Sentinels of the committed configuration, all meaning "not now": a node
+// that cannot name a caught-up configuration it belongs to claims nothing.
+var (
+	ErrNoConfiguration = errors.New("cluster: no committed configuration yet")
+	ErrNoLeader        = errors.New("cluster: no Raft leader reachable")
+	ErrCatchingUp      = errors.New("cluster: catching up with the committed configuration")
+	ErrNotMember       = errors.New("cluster: this node is not in the committed configuration")
+)
+
+// maxVoters caps Raft's voters; further members are non-voters (they get
+// the configurations but do not vote). Five voters survive two failures.
+const maxVoters = 5
+
+// consensus is the node's part in the Raft group that commits the
+// cluster's configurations. Gossip detects, Raft decides: the leader
+// turns what memberlist tells it (joins, deaths, leaves) into numbered
+// configurations (leader.go), and every node computes placement over the
+// newest configuration it has applied, and claims only once it has caught
+// up with the leader.
+type consensus struct {
+	c      *Cluster
+	log    *slog.Logger
+	fsm    *fsm
+	store  *raftStore
+	stream *raftStream
+	trans  *raft.NetworkTransport
+	raft   *raft.Raft
+	lease  time.Duration
+	expect int
+
+	hadState    bool
+	kick        chan struct{} // gossip changed: the leader reconciles
+	closeOnce   sync.Once
+	reconcileMu sync.Mutex     // the loop and letLeave both reconcile
+	fails       map[string]int // probes in a row a member's link missed (under reconcileMu)
+	closeErr    error
+
+	mu          sync.Mutex
+	leaderSince time.Time // zero while not the leader
+	barrierDone bool
+	commitLat   time.Duration // the last configuration's commit latency
+}
+
+func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
+	cfg := c.cfg
+	dir := cfg.RaftDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: raft directory: %w", err)
+	}
+	cs := &consensus{c: c, log: c.log.With("component", "raft"), expect: cfg.BootstrapExpect, kick: make(chan struct{}, 1), fails: map[string]int{}}
+	cs.fsm = newFSM(cfg.Placement, changed)
+	var err error
+	if cs.store, err = openRaftStore(filepath.Join(dir, "log"), cs.log); err != nil {
+		return nil, err
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info, Output: slogWriter{cs.log}})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
+	if err != nil {
+		_ = cs.store.Close()
+		return nil, fmt.Errorf("cluster: raft snapshots: %w", err)
+	}
+	cs.hadState, err = raft.HasExistingState(cs.store, cs.store, snaps)
+	if err != nil {
+		_ = cs.store.Close()
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	cs.stream = newRaftStream(c.link, cfg.Self.LinkAddr, cs.log)
+	cs.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: cs.stream, MaxPool: 3, Timeout: 5 * time.Second, Logger: hl,
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.Self.ID)
+	rc.Logger = hl
+	rc.SnapshotThreshold, rc.TrailingLogs = 64, 128
+	if t := cfg.Timing; t.RaftHeartbeat > 0 {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t.RaftHeartbeat, t.RaftElection, t.RaftLease
+		rc.CommitTimeout = min(rc.CommitTimeout, t.RaftLease/2)
+	}
+	cs.lease = 2 * rc.HeartbeatTimeout
+	if cs.raft, err = raft.NewRaft(rc, cs.fsm, cs.store, cs.store, snaps, cs.trans); err != nil {
+		_ = cs.trans.Close()
+		_ = cs.store.Close()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	if !cs.hadState && cs.expect == 1 {
+		if err := cs.bootstrap([]NodeMeta{cfg.Self}); err != nil {
+			_ = cs.close()
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+// bootstrap forms the first Raft group of the given members.
+func (cs *consensus) bootstrap(members []NodeMeta) error {
+	var servers []raft.Server
+	for _, m := range members {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.LinkAddr)})
+	}
+	err := cs.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("cluster: bootstrap raft: %w", err)
+	}
+	cs.log.Info("raft group bootstrapped", "voters", len(servers))
+	return nil
+}
+
+// maybeBootstrap forms the first group once gossip shows --bootstrap-expect
+// nodes without Raft state that expect the same: the Expect lowest ids
+// bootstrap together (every one of them picks the same set); later nodes
+// are added by the leader.
+func (cs *consensus) maybeBootstrap() {
+	if cs.hadState || cs.expect < 2 {
+		return
+	}
+	if cs.raft.LastIndex() > 0 {
+		cs.hadState = true // added by a leader meanwhile
+		return
+	}
+	var ready []NodeMeta
+	for _, m := range cs.c.members.Members() {
+		if m.HasState {
+			return // a group exists: wait to be added to it
+		}
+		if m.Expect == cs.expect {
+			ready = append(ready, m.NodeMeta)
+		}
+	}
+	if len(ready) < cs.expect {
+		return
+	}
+	slices.SortFunc(ready, func(a, b NodeMeta) int { return strings.Compare(a.ID, b.ID) })
+	ready = ready[:cs.expect]
+	if !slices.ContainsFunc(ready, func(m NodeMeta) bool { return m.ID == cs.c.cfg.Self.ID }) {
+		return
+	}
+	if err := cs.bootstrap(ready); err != nil {
+		cs.log.Warn("bootstrap", "err", err)
+		return
+	}
+	cs.hadState = true
+}
+
+// committed is the newest configuration this node has applied, once it
+// is caught up with a leader it has heard from within the lease and is a
+// member of it.
+func (cs *consensus) committed() (Configuration, error) {
+	cfg := cs.fsm.current()
+	if cfg.Number == 0 {
+		return cfg, ErrNoConfiguration
+	}
+	if err := cs.caughtUp(); err != nil {
+		return cfg, err
+	}
+	if _, ok := cfg.Member(cs.c.cfg.Self.ID); !ok {
+		return cfg, ErrNotMember
+	}
+	return cfg, nil
+}
+
+func (cs *consensus) caughtUp() error {
+	r := cs.raft
+	if _, id := r.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	if r.State() == raft.Leader {
+		cs.mu.Lock()
+		ok := cs.barrierDone
+		cs.mu.Unlock()
+		if !ok {
+			return ErrCatchingUp
+		}
+	} else if time.Since(r.LastContact()) > cs.lease {
+		return ErrNoLeader
+	}
+	if r.AppliedIndex() < r.CommitIndex() {
+		return ErrCatchingUp
+	}
+	return nil
+}
+
+// Status is what /readyz and the metrics tell of the Raft group.
+type Status struct {
+	Configuration uint64        // the newest applied configuration's number
+	Leader        string        // the leader's id, "" when none is known
+	Voters        int           // voters in Raft's configuration
+	IsLeader      bool          // this node leads
+	CommitLatency time.Duration // the leader's last configuration commit
+}
+
+func (cs *consensus) status() Status {
+	_, id := cs.raft.LeaderWithID()
+	st := Status{Configuration: cs.fsm.current().Number, Leader: string(id), IsLeader: cs.raft.State() == raft.Leader}
+	if f := cs.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				st.Voters++
+			}
+		}
+	}
+	cs.mu.Lock()
+	st.CommitLatency = cs.commitLat
+	cs.mu.Unlock()
+	return st
+}
+
+// apply commits the next configuration (on the leader).
+func (cs *consensus) apply(members []NodeMeta, replicas int) error {
+	b, err := msgpack.Marshal(configCommand{Replicas: replicas, Members: members})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := cs.raft.Apply(b, 5*time.Second).Error(); err != nil {
+		return fmt.Errorf("cluster: commit configuration: %w", err)
+	}
+	cs.mu.Lock()
+	cs.commitLat = time.Since(start)
+	cs.mu.Unlock()
+	return nil
+}
+
+// gossipSeeds are the gossip addresses of the newest configuration's
+// members: a restarted node rejoins them without --join.
+func (cs *consensus) gossipSeeds() []string {
+	var out []string
+	for _, m := range cs.fsm.current().Members {
+		if m.Gossip != "" {
+			out = append(out, m.Gossip)
+		}
+	}
+	return out
+}
+
+func (cs *consensus) poke() {
+	select {
+	case cs.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops Raft; safe twice.
+func (cs *consensus) close() error {
+	cs.closeOnce.Do(func() {
+		err := cs.raft.Shutdown().Error()
+		cs.closeErr = errors.Join(err, cs.trans.Close(), cs.stream.Close(), cs.store.Close())
+	})
+	return cs.closeErr
+}
+
+// slogWriter takes hclog's lines to slog at debug level: Raft's own
+// chatter (heartbeats failing while a peer is down) is for debugging;
+// what an operator needs (leader changes, configurations) the cluster
+// logs itself.
+type slogWriter struct{ l *slog.Logger }
+
+var _ io.Writer = slogWriter{}
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Debug(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// waitCommitted blocks until committed succeeds or ctx ends.
+func (cs *consensus) waitCommitted(ctx context.Context) (Configuration, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		cfg, err := cs.committed()
+		if err == nil {
+			return cfg, nil
+		}
+		select {
+		case <-ctx.Done():
+			return cfg, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
