@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -258,6 +257,3 @@ func (j *journal) agreeFrom(ctx context.Context, sid string, from copyAt) (uint6
 	}
 	return 1, nil
 }
-
-// errNoCopy: no node answered with a copy of the session.
-var errNoCopy = errors.New("cluster: no copy of the session found")
