@@ -142,4 +142,3 @@ func TestTLSBadCertAtStart(t *testing.T) {
 		t.Errorf("chat with a bad --ca-cert: exit %d, %q", code, stderr)
 	}
 }
-
