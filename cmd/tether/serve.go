@@ -45,6 +45,22 @@ type serveConfig struct {
 
 func (m *Main) parseServe(args []string) (serveConfig, error) {
 	var c serveConfig
+	fs := m.serveFlags(&c)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	_, c.gossipSet = os.LookupEnv("TETHER_GOSSIP")
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "gossip" {
+			c.gossipSet = true
+		}
+	})
+	return c, c.check()
+}
+
+// serveFlags is serve's flag set, bound to c (the deploy manifests' test
+// checks their flags and environment variables against it).
+func (m *Main) serveFlags(c *serveConfig) *flags {
 	fs := m.newFlags("serve")
 	str := func(p *string, name, def, usage string) {
 		fs.StringVar(p, name, def, usage)
@@ -99,16 +115,7 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	str(&c.tlsCert, "tls-cert", "", "PEM certificate (chain) for clients' https:// and wss://; re-read on SIGHUP (needs --tls-key)")
 	str(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read with it on SIGHUP")
 	str(&c.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	_, c.gossipSet = os.LookupEnv("TETHER_GOSSIP")
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "gossip" {
-			c.gossipSet = true
-		}
-	})
-	return c, c.check()
+	return fs
 }
 
 // envName is the environment variable of a serve flag: TETHER_ and the
