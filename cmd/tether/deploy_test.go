@@ -135,7 +135,9 @@ func TestDeployManifests(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"TETHER_CLUSTER_SECRET", "TETHER_JWT_SECRET"} {
-		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == want && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil }) {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == want && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+		}) {
 			t.Errorf("%s does not come from a Secret", want)
 		}
 	}
