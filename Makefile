@@ -6,7 +6,7 @@ DATA     ?= ./data
 AGENT    ?= demo
 BENCHTIME ?= 1s
 
-.PHONY: run cluster build test chromium bench bench-micro vet fmt fuzz clean
+.PHONY: run cluster build test chromium bench bench-micro vet tidy-check staticcheck fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
@@ -34,9 +34,10 @@ cluster: build
 build:
 	$(GO) build -o $(BIN) ./cmd/tether
 
-## test: every test, with the race detector; the browser tests in
-## gateway/web must run (TETHER_BROWSER_TESTS=1), so Chromium is installed first
-test: chromium
+## test: go vet, the tidy and staticcheck checks, then every test with the race
+## detector; the browser tests in gateway/web must run (TETHER_BROWSER_TESTS=1),
+## so Chromium is installed first
+test: chromium tidy-check staticcheck
 	$(GO) vet ./...
 	TETHER_BROWSER_TESTS=1 $(GO) test -race -count=1 -timeout 9m ./...
 
@@ -68,6 +69,19 @@ fuzz:
 
 vet:
 	$(GO) vet ./...
+
+## tidy-check: fails when `go mod tidy` would change go.mod or go.sum (it prints the diff)
+tidy-check:
+	@out=$$($(GO) mod tidy -diff) && [ -z "$$out" ] || { echo "$$out"; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+## staticcheck: honnef.co/go/tools at a pinned version, installed into bin/tools on first use
+STATICCHECK_VERSION ?= v0.8.2
+TOOLS ?= $(CURDIR)/bin/tools
+$(TOOLS)/staticcheck-$(STATICCHECK_VERSION):
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	cp $(TOOLS)/staticcheck $@
+staticcheck: $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+	$(TOOLS)/staticcheck-$(STATICCHECK_VERSION) ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

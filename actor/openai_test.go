@@ -402,8 +402,7 @@ func TestOpenAIBadReplies(t *testing.T) {
 func TestOpenAIKeyNeverLeaks(t *testing.T) {
 	leakCheck(t)
 	var logs logBuffer
-	var f *fakeModel
-	f = newFakeModel(t, func(w http.ResponseWriter, r *http.Request, n int, _ fakeRequest) {
+	f := newFakeModel(t, func(w http.ResponseWriter, r *http.Request, n int, _ fakeRequest) {
 		switch n {
 		case 0:
 			apiError(w, http.StatusUnauthorized, "Incorrect API key provided: "+testAPIKey)

@@ -143,7 +143,7 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 	case evHistory:
 		s.touch = now
 		if ev.conn == s.conn {
-			s.emit(effHistory{conn: ev.conn, before: ev.before, limit: ev.limit})
+			s.emit(effHistory(ev))
 		}
 	case evAction:
 		s.action(ev, now)

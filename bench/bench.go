@@ -222,9 +222,9 @@ func (b *Bench) prepare(ctx context.Context) error {
 	cfg := &b.cfg
 	if cfg.Local == 0 {
 		b.urls = cfg.URLs
-		t, err := newTokens([]byte(cfg.JWTSecret), cfg.URLs)
+		t, err := newTokens([]byte(cfg.JWTSecret), cfg.URLs, cfg.TLS)
 		if cfg.DevTokens && cfg.JWTSecret == "" {
-			t, err = newTokens(nil, cfg.URLs)
+			t, err = newTokens(nil, cfg.URLs, cfg.TLS)
 		}
 		b.tok = t
 		return err
@@ -248,7 +248,7 @@ func (b *Bench) prepare(ctx context.Context) error {
 		return err
 	}
 	b.local, b.urls = local, local.URLs()
-	b.tok, _ = newTokens([]byte(jwt), nil)
+	b.tok, _ = newTokens([]byte(jwt), nil, nil)
 	if cfg.Local > 1 {
 		return b.probeCluster(ctx)
 	}

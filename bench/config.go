@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tether-dev/tether/gateway/client"
 )
 
 // Config is one bench run. The zero value of a field means its default,
@@ -29,6 +32,9 @@ type Config struct {
 	// Tokens for URLs: a JWT secret to sign with, or POST /dev/token.
 	JWTSecret string
 	DevTokens bool
+	// TLS is the client side of wss:// URLs (and https:// dev tokens):
+	// --ca-cert FILE trusts that CA alone. Default the system's roots.
+	TLS *tls.Config
 
 	// Load.
 	Sessions int           // simulated users. Default 50.
@@ -96,6 +102,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("server-arg", "extra flag for the local nodes' tether serve (repeat)", func(s string) error {
 		c.ServerArgs = append(c.ServerArgs, s)
 		return nil
+	})
+	fs.Func("ca-cert", "with wss:// --url: PEM file of the CA to trust (default: the system's roots)", func(s string) error {
+		tc, err := client.LoadCA(s)
+		c.TLS = tc
+		return err
 	})
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "with --url: sign tokens with this HS256 secret")
 	fs.BoolVar(&c.DevTokens, "dev-tokens", false, "with --url: get tokens from POST /dev/token")

@@ -24,7 +24,6 @@ type node struct {
 	log *wal.Log
 	reg *actor.Registry
 	srv *gateway.Server
-	dir string
 }
 
 func startNode(tb testing.TB, ac actor.Config) *node {

@@ -98,12 +98,6 @@ func TestLocalRunHasNoViolations(t *testing.T) {
 	}
 }
 
-// expiredShare bounds what the read-back cannot see: entries of expired
-// sessions are seen live but not read back.
-func expiredShare(c Counts) int {
-	return c.EntriesSeen * c.SessionsExpired / max(int(c.Sessions), 1) * 2
-}
-
 // Running out of ports or files is named as such.
 func TestDialErrorsAreClassified(t *testing.T) {
 	op := func(errno syscall.Errno) error {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,8 +36,9 @@ type cachedToken struct {
 	fresh time.Time // renew after this
 }
 
-func newTokens(secret []byte, wsURLs []string) (*tokens, error) {
-	t := &tokens{secret: secret, cache: make(map[string]cachedToken), http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+func newTokens(secret []byte, wsURLs []string, tc *tls.Config) (*tokens, error) {
+	t := &tokens{secret: secret, cache: make(map[string]cachedToken), http: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tc}}}
 	if len(secret) > 0 {
 		return t, nil
 	}

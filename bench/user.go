@@ -130,6 +130,7 @@ func (u *user) dial(ctx context.Context) (*run, error) {
 		MaxBackoff:   b.cfg.MaxBackoff,
 		WriteTimeout: 5 * time.Second,
 		Dialer:       &websocket.Dialer{NetDialContext: u.net.dial, HandshakeTimeout: 10 * time.Second},
+		TLS:          b.cfg.TLS,
 		OnSession:    r.onSession,
 		OnConnect:    r.onConnect,
 		OnDisconnect: r.onDisconnect,

@@ -70,16 +70,6 @@ func (l *Link) acceptedCount() int {
 	return len(l.accepted)
 }
 
-// peerConn is l's live connection to addr, or nil.
-func (l *Link) peerConn(addr string) *conn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if p := l.peers[addr]; p != nil {
-		return p.conn
-	}
-	return nil
-}
-
 // startHTTP serves h on 127.0.0.1 until the test ends; returns host:port.
 func startHTTP(t testing.TB, h http.Handler) string {
 	t.Helper()

@@ -121,10 +121,6 @@ func payloadLen(h []byte) uint64 {
 	}
 }
 
-// maxPong is the longest pong frame a client sends: a two-byte header,
-// the mask and at most 125 bytes of payload.
-const maxPong = 2 + 4 + 125
-
 // lonePong returns the length of the masked pong frame that p begins
 // with, if p holds all of it.
 func lonePong(p []byte) (int, bool) {

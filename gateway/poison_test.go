@@ -317,12 +317,12 @@ func TestCorruptStoredData(t *testing.T) {
 	for !gone(sid) || !gone(bad) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v of clock the sweep left the session (%v) or the one with a bad header (%v)",
-				n.clock.Now().Sub(time.Now()).Round(time.Minute), !gone(sid), !gone(bad))
+				time.Until(n.clock.Now()).Round(time.Minute), !gone(sid), !gone(bad))
 		}
 		n.clock.Advance(5 * time.Minute)
 		time.Sleep(20 * time.Millisecond) // let the timers' goroutines run: polling, not a wait for an outcome
 	}
-	t.Logf("both deleted after %v of clock", n.clock.Now().Sub(time.Now()).Round(time.Minute))
+	t.Logf("both deleted after %v of clock", time.Until(n.clock.Now()).Round(time.Minute))
 	if v, _ := n.metric(t, "tether_wal_sessions_deleted_total"); v < 2 {
 		t.Fatalf("tether_wal_sessions_deleted_total = %v, want ≥ 2", v)
 	}

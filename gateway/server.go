@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"github.com/tether-dev/tether/actor/workers"
 	"log/slog"
@@ -86,6 +87,13 @@ type Config struct {
 	// Link, if set, is the cluster's node link and Raft transport, served
 	// at /v1/link and /v1/raft.
 	Link http.Handler
+	// TLS, if set, makes clients use TLS (https://, wss://): Serve
+	// handshakes each connection that starts with a TLS record and answers
+	// any other plain-text request with 400, except the node link's (peers
+	// dial it as ws://, authenticated but not encrypted). Give it a
+	// GetCertificate (CertFiles.TLSConfig) to swap certificates without a
+	// restart. Default nil: plain text only.
+	TLS *tls.Config
 	// Ready reports whether the node can serve (GET /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -184,8 +192,14 @@ func New(cfg Config) (*Server, error) {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     s.originAllowed,
 	}
+	handler := s.routes()
+	var connCtx func(context.Context, net.Conn) context.Context
+	if cfg.TLS != nil {
+		handler, connCtx = plainOnlyLink(handler), connContext
+	}
 	s.http = &http.Server{
-		Handler:           s.routes(),
+		Handler:           handler,
+		ConnContext:       connCtx,
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -200,6 +214,9 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Shutdown or Close.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.TLS != nil {
+		ln = sniffListener{Listener: ln, cfg: s.cfg.TLS}
+	}
 	err := s.http.Serve(corkListener{Listener: ln, pool: &s.bufs})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ func (m *Main) chat(ctx context.Context, args []string) error {
 	lastSeq := fs.Uint64("last-seq", 0, "with --session: print only the entries after this seq (default: all)")
 	pingAfter := fs.Duration("ping-after", 10*time.Second, "ping the server after this long without hearing from it")
 	pongTimeout := fs.Duration("pong-timeout", 5*time.Second, "treat the connection as lost when a ping is not answered within this")
+	caCert := fs.String("ca-cert", env("TETHER_CA_CERT", ""), "PEM file of the CA to trust for wss:// (default: the system's roots) [TETHER_CA_CERT]")
 	ackTimeout := fs.Duration("ack-timeout", 15*time.Second, "treat the connection as lost when a message is not acknowledged within this")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,11 +44,18 @@ func (m *Main) chat(ctx context.Context, args []string) error {
 	}
 	cfg := client.Config{URLs: list, Token: *tok, SessionID: *session, LastSeq: *lastSeq,
 		PingAfter: *pingAfter, PongTimeout: *pongTimeout, AckTimeout: *ackTimeout}
+	if *caCert != "" {
+		tc, err := client.LoadCA(*caCert)
+		if err != nil {
+			return fmt.Errorf("chat: --ca-cert: %w", err)
+		}
+		cfg.TLS = tc
+	}
 	switch {
 	case *tok == "" && *user == "":
 		return errors.New("chat: give --token, or --user to get a dev token from the server")
 	case *tok == "":
-		dt, err := newDevTokens(list, *user)
+		dt, err := newDevTokens(list, *user, cfg.TLS)
 		if err != nil {
 			return err
 		}
@@ -54,7 +63,7 @@ func (m *Main) chat(ctx context.Context, args []string) error {
 	}
 	err := client.Chat(ctx, client.ChatConfig{
 		Client: cfg, In: m.Stdin, Out: m.Stdout, Live: isTerminal(m.Stdout),
-		ResumeCommand: func(sid string) string { return resumeCommand(*urls, sid, *user, *tok) },
+		ResumeCommand: func(sid string) string { return resumeCommand(*urls, sid, *user, *tok, *caCert) },
 	})
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -66,8 +75,11 @@ func (m *Main) chat(ctx context.Context, args []string) error {
 }
 
 // resumeCommand is the exact command that resumes session sid.
-func resumeCommand(urls, sid, user, tok string) string {
+func resumeCommand(urls, sid, user, tok, caCert string) string {
 	cmd := "tether chat --url " + shellQuote(urls) + " --session " + shellQuote(sid)
+	if caCert != "" {
+		cmd += " --ca-cert " + shellQuote(caCert)
+	}
 	switch {
 	case user != "":
 		return cmd + " --user " + shellQuote(user)
@@ -113,12 +125,13 @@ type devTokens struct {
 	next int
 }
 
-func newDevTokens(wsURLs []string, user string) (*devTokens, error) {
+func newDevTokens(wsURLs []string, user string, tc *tls.Config) (*devTokens, error) {
 	d := &devTokens{user: user, hc: &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			TLSClientConfig:       tc,
 			TLSHandshakeTimeout:   5 * time.Second,
 			ResponseHeaderTimeout: 5 * time.Second,
 			DisableKeepAlives:     true,

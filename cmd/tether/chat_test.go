@@ -190,7 +190,7 @@ func TestDevTokenFreshConnection(t *testing.T) {
 	t.Parallel()
 	p := startProc(t, t.TempDir(), "--dev-tokens")
 	np := newNetProxy(t, p.addr)
-	d, err := newDevTokens([]string{np.URL()}, "alice")
+	d, err := newDevTokens([]string{np.URL()}, "alice", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

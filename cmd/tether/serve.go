@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -36,7 +37,7 @@ type serveConfig struct {
 	maxFrame                                          int64
 	rate                                              float64
 	jwtSecret, agent, logLevel, logFormat, origins    string
-	pprof                                             string
+	pprof, tlsCert, tlsKey                            string
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 	openai                                            openaiFlags
@@ -44,6 +45,22 @@ type serveConfig struct {
 
 func (m *Main) parseServe(args []string) (serveConfig, error) {
 	var c serveConfig
+	fs := m.serveFlags(&c)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	_, c.gossipSet = os.LookupEnv("TETHER_GOSSIP")
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "gossip" {
+			c.gossipSet = true
+		}
+	})
+	return c, c.check()
+}
+
+// serveFlags is serve's flag set, bound to c (the deploy manifests' test
+// checks their flags and environment variables against it).
+func (m *Main) serveFlags(c *serveConfig) *flags {
 	fs := m.newFlags("serve")
 	str := func(p *string, name, def, usage string) {
 		fs.StringVar(p, name, def, usage)
@@ -96,17 +113,10 @@ func (m *Main) parseServe(args []string) (serveConfig, error) {
 	c.openai.bind(fs)
 	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	str(&c.logFormat, "log-format", "text", "text|json")
+	str(&c.tlsCert, "tls-cert", "", "PEM certificate (chain) for clients' https:// and wss://; re-read on SIGHUP (needs --tls-key)")
+	str(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert; re-read with it on SIGHUP")
 	str(&c.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off by default")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	_, c.gossipSet = os.LookupEnv("TETHER_GOSSIP")
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "gossip" {
-			c.gossipSet = true
-		}
-	})
-	return c, c.check()
+	return fs
 }
 
 // envName is the environment variable of a serve flag: TETHER_ and the
@@ -131,6 +141,8 @@ func (c *serveConfig) check() error {
 		return c.openai.check()
 	case c.logFormat != "text" && c.logFormat != "json":
 		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return errors.New("serve: --tls-cert and --tls-key go together")
 	case c.gossipTiming != "lan" && c.gossipTiming != "local" && c.gossipTiming != "test":
 		return fmt.Errorf("serve: unknown --gossip-timing %q (lan|local|test)", c.gossipTiming)
 	}
@@ -199,6 +211,12 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		defer oe.Close()
 		engine = oe
 	}
+	var certs *gateway.CertFiles
+	if c.tlsCert != "" {
+		if certs, err = gateway.NewCertFiles(c.tlsCert, c.tlsKey); err != nil {
+			return fmt.Errorf("serve: --tls-cert/--tls-key: %w", err)
+		}
+	}
 	var origins []string
 	if c.origins != "" {
 		origins = strings.Split(c.origins, ",")
@@ -216,6 +234,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			MaxContent: c.maxContent, Rate: c.rate, NoRateLimit: c.rate == 0, MaxQueueBytes: c.maxQueue,
 			AllowedOrigins: origins,
 		},
+	}
+	if certs != nil {
+		nc.Gateway.TLS = certs.TLSConfig()
 	}
 	n, err := node.Start(ctx, nc)
 	if err != nil && !c.gossipSet && c.join == "" && addrInUse(err) {
@@ -239,7 +260,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if n.Cluster != nil {
 		logger.Info("gossip", "addr", n.Cluster.GossipAddr(), "join", c.join, "replicas", c.replicas)
 	}
-	logger.Info("listening", "addr", n.Addr, "node", n.ID, "agent", c.agent)
+	if certs != nil {
+		stop := reloadOnHUP(certs, logger)
+		defer stop()
+	}
+	logger.Info("listening", "addr", n.Addr, "node", n.ID, "agent", c.agent, "tls", certs != nil)
 
 	select {
 	case err := <-n.Served():
@@ -314,4 +339,33 @@ func flushOrOff(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// reloadOnHUP re-reads the TLS certificate and key at each SIGHUP, so a
+// renewed certificate is served without a restart; a pair that does not
+// load is logged and the one served so far stays. stop ends it.
+func reloadOnHUP(certs *gateway.CertFiles, logger *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if err := certs.Reload(); err != nil {
+					logger.Error("TLS certificate reload failed: still serving the previous one", "err", err)
+					continue
+				}
+				logger.Info("TLS certificate reloaded")
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
+	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +86,10 @@ type Config struct {
 	// Dialer opens the sockets. Default: a copy of websocket.DefaultDialer.
 	// Its dial and handshake are bounded by HandshakeTimeout.
 	Dialer *websocket.Dialer
+	// TLS configures wss:// connections, e.g. RootCAs to trust a private
+	// CA (see LoadCA); default the system's roots. It is given to the
+	// Dialer unless the Dialer has a TLSClientConfig of its own.
+	TLS *tls.Config
 	// OnSession, when set, sees every session frame: the first connect's
 	// and each resume's. It runs on the client's manager goroutine: it must
 	// return quickly and must not call the Client's methods other than
@@ -137,6 +142,11 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Dialer == nil {
 		d := *websocket.DefaultDialer
+		c.Dialer = &d
+	}
+	if c.TLS != nil && c.Dialer.TLSClientConfig == nil {
+		d := *c.Dialer // the caller's Dialer stays as it was
+		d.TLSClientConfig = c.TLS
 		c.Dialer = &d
 	}
 	if c.Logger == nil {

@@ -69,6 +69,7 @@ type Node struct {
 
 	log        *slog.Logger
 	mu         sync.Mutex // Registry, set late in a cluster
+	tls        bool
 	extraReady func() error
 	served     chan error
 	draining   atomic.Bool
@@ -104,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	n := &Node{Addr: ln.Addr().String(), ID: cfg.NodeID, log: cfg.Logger, served: make(chan error, 1)}
+	n := &Node{Addr: ln.Addr().String(), ID: cfg.NodeID, log: cfg.Logger, served: make(chan error, 1), tls: cfg.Gateway.TLS != nil}
 	if n.ID == "" {
 		n.ID = n.Addr
 	}
@@ -253,11 +254,21 @@ func (n *Node) ready() error {
 // Served reports the server's end: an error if it stopped on its own.
 func (n *Node) Served() <-chan error { return n.served }
 
-// URL is the node's WebSocket URL.
-func (n *Node) URL() string { return "ws://" + n.Addr + "/v1/ws" }
+// URL is the node's WebSocket URL (wss:// when it serves TLS).
+func (n *Node) URL() string {
+	if n.tls {
+		return "wss://" + n.Addr + "/v1/ws"
+	}
+	return "ws://" + n.Addr + "/v1/ws"
+}
 
-// HTTP is the node's base HTTP URL.
-func (n *Node) HTTP() string { return "http://" + n.Addr }
+// HTTP is the node's base HTTP URL (https:// when it serves TLS).
+func (n *Node) HTTP() string {
+	if n.tls {
+		return "https://" + n.Addr
+	}
+	return "http://" + n.Addr
+}
 
 // Close stops the node gracefully: it stops taking connections, shuts the
 // sessions down (their clients are told to reconnect elsewhere, 1012),

@@ -267,17 +267,6 @@ func (w *writer) waitAcks(n int) {
 	}
 }
 
-// reconnectNow drops the writer's connection: it resumes through the
-// next node.
-func (w *writer) reconnectNow() {
-	w.mu.Lock()
-	c := w.cur
-	w.mu.Unlock()
-	if c != nil {
-		_ = c.WS.NetConn().Close()
-	}
-}
-
 // pace is the pause between a writer's ack and its next send.
 const pace = 10 * time.Millisecond
 

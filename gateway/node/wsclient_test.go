@@ -41,9 +41,6 @@ func dialURL(t testing.TB, url string) (*wsc, error) {
 	return &wsc{Conn: c, t: t}, nil
 }
 
-// next returns the next frame; false once the connection ended.
-func (c *wsc) next(timeout time.Duration) (frame, bool) { c.t.Helper(); return c.Next(timeout) }
-
 // until reads frames, giving each to seen, until match accepts one.
 func (c *wsc) until(what string, seen func(frame), match func(frame) bool) frame {
 	c.t.Helper()
@@ -161,12 +158,6 @@ func (l *ledger) entry(f frame) {
 func sameEntry(a, b frame) bool {
 	return a.Role == b.Role && a.Content == b.Content && a.MD("id") == b.MD("id") &&
 		a.MD("call_id") == b.MD("call_id") && a.MD("status") == b.MD("status")
-}
-
-func (l *ledger) ackedCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.acked)
 }
 
 // check holds the session's whole log (from a resume at 0) against what
