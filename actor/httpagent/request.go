@@ -147,6 +147,14 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 func readLines(r io.Reader, maxLine int, onLine func(line) (bool, error)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	// cut: the token is what was left when the answer ended, with no
+	// newline after it — a line cut off, unless it happens to be whole.
+	cut := false
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		cut = atEOF && tok != nil && bytes.IndexByte(data[:adv], '\n') < 0
+		return adv, tok, err
+	})
 	n := 0
 	for sc.Scan() {
 		n++
@@ -156,6 +164,9 @@ func readLines(r io.Reader, maxLine int, onLine func(line) (bool, error)) error 
 		}
 		var l line
 		if err := json.Unmarshal(raw, &l); err != nil {
+			if cut {
+				return fmt.Errorf("%w: the answer was cut off in line %d: %.80q", ErrNoFinal, n, raw)
+			}
 			return fmt.Errorf("%w: line %d is not a JSON object (%v): %.80q", ErrBadLine, n, err, raw)
 		}
 		final, err := onLine(l)
