@@ -27,7 +27,10 @@
 // and the caller chooses a new session's id (in a cluster, so that the
 // create goes to that id's owner). Engines (engine.go) are the agents:
 // Echo by default, Demo with a slow search tool and a sensitive payment
-// tool.
+// tool, OpenAI (a model, with placeholder demo tools); package
+// actor/httpagent drives an agent endpoint in any language. An engine
+// that declares its tools per call (CallRunner) has each call's
+// idempotent flag kept with the pending call, so it outlives a crash.
 //
 // The schema of what the actor keeps in the log besides entries (state.go)
 // is this package's: the store keeps it as opaque bytes.

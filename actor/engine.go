@@ -38,6 +38,35 @@ type Streamer interface {
 	Stream(ctx context.Context, in TurnInput, part func(text string)) (Action, error)
 }
 
+// CallRunner is an Engine whose tools are not known ahead: an agent
+// endpoint (package actor/httpagent) names and declares a tool with each
+// call. The actor runs every call of such an engine through RunCall, not
+// through Tool(name).Run, because the run needs to say which session and
+// which call it is (an endpoint keys its idempotency on them). Tool may
+// then report no tools at all: a call's Idempotent and Sensitive say what
+// Tool's declaration would.
+type CallRunner interface {
+	Engine
+	RunCall(ctx context.Context, c CallInput, progress func(string)) (string, error)
+}
+
+// CallInput is the tool call a CallRunner runs: the call as the engine
+// asked for it, with the ids the actor gave it.
+type CallInput struct {
+	SessionID, UserID string
+	// CallID is the call's id in the log (metadata.call_id), the same on
+	// a re-run after a crash.
+	CallID string
+	Name   string
+	Args   map[string]any
+	// Idempotent is the call's declaration (Call.Idempotent): whether it
+	// may be sent again when it is not known to have reached its tool.
+	Idempotent bool
+	// Attempt is 0 for the first run, 1 for the re-run of an idempotent
+	// call that a crash cut short.
+	Attempt int
+}
+
 // Instant is an engine whose reply is a pure function of the user's
 // message, known at once (Echo): the actor stores the reply in the same
 // atomic append as the message, so the pair costs one fsync and reaches
@@ -50,6 +79,8 @@ type Instant interface {
 // TurnInput is what an engine sees.
 type TurnInput struct {
 	SessionID string
+	// UserID is the session's user (the token's sub).
+	UserID string
 	// User is the user entry this turn answers.
 	User wal.Entry
 	// Steps are the tool entries already logged in this turn, oldest first.
@@ -75,11 +106,26 @@ type Action struct {
 	AgentContext map[string]any
 }
 
-// Call asks for a tool run.
+// Call asks for a tool run. An engine whose tools are declared with
+// Tool leaves the flags false; one whose tools are declared per call (a
+// CallRunner) sets them: either declaration counts.
 type Call struct {
 	Name string
 	Args map[string]any
+	// Idempotent: a run a crash cut short may be run again (kept with the
+	// pending call, so the declaration outlives the process).
+	Idempotent bool
+	// Sensitive: running the call marks the session sensitive.
+	Sensitive bool
+	// Approval: the call must be approved by the user before it runs.
+	// Approvals are not supported yet: such a call is logged started and
+	// at once failed with ErrNeedsApproval's text, and never run.
+	Approval bool
 }
+
+// ErrNeedsApproval is the result logged for a call that asked for an
+// approval, which this version does not support.
+const ErrNeedsApproval = "needs approval, not supported yet"
 
 // Tool is something an agent can run. Idempotent tools may be run again
 // when a crash left their call unfinished; others are logged as failed.

@@ -24,6 +24,9 @@ type ToolCall struct {
 	// Attempts counts runs after the first, made when a crash cut an
 	// idempotent call short.
 	Attempts int `msgpack:"at,omitempty"`
+	// Idempotent is the call's own declaration (Call.Idempotent), for
+	// engines that declare tools per call.
+	Idempotent bool `msgpack:"i,omitempty"`
 }
 
 // state is what the actor keeps of a session besides its header, context

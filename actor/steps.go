@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"context"
 	"fmt"
 	"maps"
 
@@ -40,7 +41,7 @@ func (a *actor) startStep(userSeq, step uint64) {
 }
 
 func (a *actor) runTool(c ToolCall) {
-	t, ok := a.reg.cfg.Engine.Tool(c.Name)
+	run, ok := a.toolRun(c)
 	if !ok {
 		a.run(a.s.Step(a.reg.clock.Now(), evToolDone{callID: c.CallID, err: fmt.Errorf("unknown tool %q", c.Name)}))
 		return
@@ -53,7 +54,7 @@ func (a *actor) runTool(c ToolCall) {
 		defer a.turns.Done()
 		defer cancel()
 		progress := func(p string) { a.post(evToolProgress{callID: c.CallID, partial: p}) }
-		res, err := t.Run(ctx, c.Args, progress)
+		res, err := run(ctx, progress)
 		if ctx.Err() != nil {
 			// Cut short by shutdown or by the turn being abandoned: the
 			// outcome is decided by whoever activates the session next.
@@ -61,6 +62,25 @@ func (a *actor) runTool(c ToolCall) {
 		}
 		a.post(evToolDone{callID: c.CallID, result: res, err: err})
 	}()
+}
+
+// toolRun is how call c runs: through the engine's RunCall when it
+// declares tools per call, else through the named tool's Run.
+func (a *actor) toolRun(c ToolCall) (func(context.Context, func(string)) (string, error), bool) {
+	if cr, ok := a.reg.cfg.Engine.(CallRunner); ok {
+		in := CallInput{SessionID: a.sid, UserID: a.s.hdr.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args,
+			Idempotent: c.Idempotent, Attempt: c.Attempts}
+		return func(ctx context.Context, progress func(string)) (string, error) {
+			return cr.RunCall(ctx, in, progress)
+		}, true
+	}
+	t, ok := a.reg.cfg.Engine.Tool(c.Name)
+	if !ok {
+		return nil, false
+	}
+	return func(ctx context.Context, progress func(string)) (string, error) {
+		return t.Run(ctx, c.Args, progress)
+	}, true
 }
 
 // turnInput builds what the engine sees from the session's memory: the
@@ -89,7 +109,7 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 		return TurnInput{}, err
 	}
 	in := TurnInput{
-		SessionID: a.sid, User: user[0], Steps: steps, History: hist,
+		SessionID: a.sid, UserID: s.hdr.UserID, User: user[0], Steps: steps, History: hist,
 		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
 	}
 	if from > 1 {

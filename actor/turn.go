@@ -72,7 +72,7 @@ func (s *Session) start(now time.Time) {
 		return
 	}
 	if p := s.st.Pending; p != nil {
-		if t, ok := s.cfg.Tool(p.Name); ok && t.Idempotent && p.Attempts < maxReruns {
+		if t, ok := s.cfg.Tool(p.Name); (p.Idempotent || ok && t.Idempotent) && p.Attempts < maxReruns {
 			// Run it once more; the attempt is durable before the run so
 			// that a second crash does not make a third.
 			p.Attempts++
@@ -177,13 +177,23 @@ func (s *Session) action(ev evAction, now time.Time) {
 		entries := s.endReply(ev.userSeq, now) // text written before the call
 		c := ToolCall{
 			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
-			Status: ToolStarted, ReplyTo: ev.userSeq,
+			Status: ToolStarted, ReplyTo: ev.userSeq, Idempotent: call.Idempotent,
 		}
 		e := s.toolEntry(c, ToolStarted, "", now)
 		c.StartedSeq = e.Seq
-		st.Pending = &c
 		st.Steps = append(st.Steps, e.Seq)
-		if t, ok := s.cfg.Tool(c.Name); ok && t.Sensitive {
+		if call.Approval {
+			// No approvals yet (the awaiting_approval state): the call is
+			// logged with its outcome at once and never run.
+			f := s.toolEntry(c, ToolFailed, ErrNeedsApproval, now)
+			st.Steps = append(st.Steps, f.Seq)
+			s.stateDirty = true
+			s.log(append(entries, e, f)...)
+			s.startStep(ev.userSeq)
+			return
+		}
+		st.Pending = &c
+		if t, ok := s.cfg.Tool(c.Name); call.Sensitive || ok && t.Sensitive {
 			s.hdr.Sensitive = true
 		}
 		s.stateDirty = true

@@ -150,11 +150,12 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 // plainOnlyLink answers a plain-text request on a TLS server with 400 and
-// how to reach the node, unless it is for the node link.
+// how to reach the node, unless it is for the node link or Raft (both
+// authenticated by the cluster secret, not yet encrypted).
 func plainOnlyLink(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sc, _ := r.Context().Value(sniffKey{}).(*sniffConn)
-		if sc != nil && sc.plain.Load() && r.URL.Path != "/v1/link" {
+		if sc != nil && sc.plain.Load() && r.URL.Path != "/v1/link" && r.URL.Path != "/v1/raft" {
 			w.Header().Set("Connection", "close")
 			writeError(w, http.StatusBadRequest, "this node serves TLS: use https:// or wss://")
 			return

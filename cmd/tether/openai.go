@@ -23,7 +23,7 @@ type openaiFlags struct {
 }
 
 func (o *openaiFlags) bind(fs *flags) {
-	fs.StringVar(&o.baseURL, "openai-base-url", "", "OpenAI-compatible API for --agent openai, e.g. http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8080/v1 (llama-server)")
+	fs.StringVar(&o.baseURL, "openai-base-url", "", "OpenAI-compatible API for --agent openai, e.g. http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8080/v1 (llama-server); its tools are demo placeholders: search (canned results) and get_time")
 	fs.bind("openai-base-url", envName("openai-base-url"))
 	fs.StringVar(&o.model, "openai-model", "", "model name for --agent openai")
 	fs.bind("openai-model", envName("openai-model"))

@@ -105,9 +105,16 @@ func startProcEnv(t *testing.T, data string, env []string, extra ...string) *pro
 func launch(t *testing.T, data string, env []string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, extra...)
-	p := &proc{t: t, data: data, change: make(chan struct{}), exited: make(chan struct{})}
-	p.cmd = exec.Command(tetherBin, args...)
-	p.cmd.Env = append(childEnv(), env...)
+	cmd := exec.Command(tetherBin, args...)
+	cmd.Env = append(childEnv(), env...)
+	return launchCmd(t, cmd, data)
+}
+
+// launchCmd starts any command as a proc whose stderr is watched (the
+// example agents run this way too); it is killed when the test ends.
+func launchCmd(t *testing.T, cmd *exec.Cmd, data string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: cmd, data: data, change: make(chan struct{}), exited: make(chan struct{})}
 	pipe, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ type serveConfig struct {
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 	openai                                            openaiFlags
+	agentHTTP                                         agentFlags
 }
 
 func (m *Main) parseServe(args []string) (serveConfig, error) {
@@ -100,7 +101,7 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	str(&c.clusterSecret, "cluster-secret", "", "gossip encryption + node-link auth")
 	fs.Float64Var(&c.rate, "rate", 50, "client frames per second per connection, bursts of 2x (0: no limit)")
 	fs.bind("rate", envName("rate"))
-	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai")
+	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai|http (openai: a model with placeholder demo tools; http: your own agent behind --agent-url)")
 	fs.BoolVar(&c.devTokens, "dev-tokens", false, "enable POST /dev/token (loopback --listen only)")
 	fs.bind("dev-tokens", envName("dev-tokens"))
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
@@ -108,9 +109,10 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
 	dur(&c.demo.StreamDelay, "demo-stream-delay", 100*time.Millisecond, "pace of the demo engine's streamed reply (one part per word; 0 answers in one piece)")
 	dur(&c.flushInterval, "stream-flush", 50*time.Millisecond, "coalesce a streamed reply's parts that come within this interval into one delta (0: each at once)")
-	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes")
+	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes (openai's is a placeholder with canned results)")
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
 	c.openai.bind(fs)
+	c.agentHTTP.bind(fs)
 	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	str(&c.logFormat, "log-format", "text", "text|json")
 	str(&c.tlsCert, "tls-cert", "", "PEM certificate (chain) for clients' https:// and wss://; re-read on SIGHUP (needs --tls-key)")
@@ -135,10 +137,12 @@ func (c *serveConfig) check() error {
 		return errors.New("serve: --replay-limit, --max-content and --replicas must be ≥ 1, --max-frame ≥ 256, --rate ≥ 0")
 	case c.maxContext < 2 || c.maxTurns < 1 || c.tailBytes < 1 || c.maxQueue < 1<<16:
 		return errors.New("serve: --max-context ≥ 2, --max-turns and --tail-bytes ≥ 1, --max-queue-bytes ≥ 65536")
-	case c.agent != "echo" && c.agent != "demo" && c.agent != "openai":
-		return fmt.Errorf("serve: unknown --agent %q (echo|demo|openai)", c.agent)
+	case c.agent != "echo" && c.agent != "demo" && c.agent != "openai" && c.agent != "http":
+		return fmt.Errorf("serve: unknown --agent %q (echo|demo|openai|http)", c.agent)
 	case c.agent == "openai" && c.openai.check() != nil:
 		return c.openai.check()
+	case c.agent == "http" && c.agentHTTP.check() != nil:
+		return c.agentHTTP.check()
 	case c.logFormat != "text" && c.logFormat != "json":
 		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
@@ -210,6 +214,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 		defer oe.Close()
 		engine = oe
+	}
+	if c.agent == "http" {
+		he, err := c.agentHTTP.engine(logger)
+		if err != nil {
+			return err
+		}
+		defer he.Close()
+		engine = he
 	}
 	var certs *gateway.CertFiles
 	if c.tlsCert != "" {
