@@ -5,8 +5,10 @@ LISTEN   ?= 127.0.0.1:8080
 DATA     ?= ./data
 AGENT    ?= demo
 BENCHTIME ?= 1s
+NPM      ?= npm
+WEB      := gateway/web
 
-.PHONY: run cluster build test chromium bench bench-micro vet tidy-check staticcheck fmt fuzz clean
+.PHONY: run cluster build test chromium node-deps bench bench-micro vet tidy-check staticcheck fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
@@ -35,11 +37,21 @@ build:
 	$(GO) build -o $(BIN) ./cmd/tether
 
 ## test: go vet, the tidy and staticcheck checks, then every test with the race
-## detector; the browser tests in gateway/web must run (TETHER_BROWSER_TESTS=1),
-## so Chromium is installed first
-test: chromium tidy-check staticcheck
+## detector; the browser tests and the Node tests of tether-ai.js in gateway/web
+## must run (TETHER_BROWSER_TESTS=1, TETHER_NODE_TESTS=1), so Chromium and the
+## npm packages are installed first
+test: chromium node-deps tidy-check staticcheck
 	$(GO) vet ./...
-	TETHER_BROWSER_TESTS=1 $(GO) test -race -count=1 -timeout 9m ./...
+	TETHER_BROWSER_TESTS=1 TETHER_NODE_TESTS=1 $(GO) test -race -count=1 -timeout 9m ./...
+
+## node-deps: the npm packages of gateway/web's tests (the AI SDK, esbuild), installed
+## from package-lock.json with `npm ci` when node_modules is missing or older than the lock
+node-deps: $(WEB)/node_modules/.package-lock.json
+
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json
+	@command -v $(NPM) >/dev/null 2>&1 || { echo "the tests of gateway/web need node (20.10+) and npm on PATH"; exit 1; }
+	cd $(WEB) && $(NPM) ci --no-audit --no-fund
+	@touch $@
 
 ## chromium: Debian's chromium for the browser tests, installed with apt-get when missing
 chromium:

@@ -40,6 +40,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("OPTIONS /dev/token", s.cors(nil))
 	mux.HandleFunc("GET /{$}", serveFile("index.html", "text/html; charset=utf-8"))
 	mux.HandleFunc("GET /tether.js", serveFile("tether.js", "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /tether-ai.js", serveFile("tether-ai.js", "text/javascript; charset=utf-8"))
 	return mux
 }
 

@@ -13,11 +13,12 @@ import (
 // demoFlags start a node as `make run` does, with a quick search tool.
 var demoFlags = []string{"--dev-tokens", "--agent", "demo", "--demo-search-delay", "300ms"}
 
-// TestServesModule: every node serves tether.js as JavaScript and the page as HTML.
+// TestServesModule: every node serves tether.js and tether-ai.js as JavaScript and the page as HTML.
 func TestServesModule(t *testing.T) {
 	s := startServer(t, demoFlags...)
 	for _, c := range []struct{ path, ctype, body string }{
 		{"/tether.js", "text/javascript", "export class Tether"},
+		{"/tether-ai.js", "text/javascript", "export class TetherChatTransport"},
 		{"/", "text/html", `import { Tether } from "/tether.js"`},
 	} {
 		resp, err := httpClient().Get(s.url(c.path))

@@ -10,6 +10,7 @@
  *   const t = new Tether({
  *     token: async () => myLogin(),  // a JWT string, or a (async) function returning one
  *     state: saved,                  // {sessionId, lastSeq, outbox} kept from last time, or null
+ *                                    // (and optionally stream: {seq, part, text} of a reply held)
  *   });
  *   t.on("persist", s => localStorage.setItem("chat", JSON.stringify(s)));
  *   t.on("state", s => show(s.state, s));  // connecting | live | reconnecting | offline | expired
@@ -137,7 +138,11 @@ export class Tether {
     /** Unacked sends by id, in the order they were made. */
     this.outbox = new Map();
     for (const o of st.outbox || []) this.outbox.set(o.id, { id: o.id, content: o.content, metadata: o.metadata, retryAt: 0, errors: 0, strikes: 0 });
-    this.stream = null; // {seq, part, text}
+    // {seq, part, text}: the reply being streamed. A saved one (state.stream)
+    // is named in the first hello, so the server continues after its parts.
+    const ss = st.stream;
+    this.stream = ss && Number.isInteger(ss.seq) && Number.isInteger(ss.part) && typeof ss.text === "string" && ss.seq > this.lastSeq
+      ? { seq: ss.seq, part: ss.part, text: ss.text } : null;
     this.tool = null;
     this.state = "offline";
     this.maxFrame = this.opts.maxFrame;
@@ -254,9 +259,15 @@ export class Tether {
   /**
    * Queues a message; returns its id. Status goes out as "send" events:
    * pending now, then acked (with its seq) or refused (with a code).
+   * `options.id` sets the send id (1–64 chars) instead of a random one, so
+   * a caller that retries with its own id (an AI SDK message id) has it
+   * stored once; an id already queued is not queued twice.
    */
-  send(content, metadata) {
-    const o = { id: newId("c-"), content: String(content ?? ""), metadata, retryAt: 0, errors: 0, strikes: 0 };
+  send(content, metadata, options = {}) {
+    const id = options.id === undefined ? newId("c-") : String(options.id);
+    if (this.outbox.has(id)) return id;
+    const o = { id, content: String(content ?? ""), metadata, retryAt: 0, errors: 0, strikes: 0 };
+    if (id.length < 1 || id.length > 64) return this._refuse(o, "bad_request", "a send id has 1 to 64 characters"), id;
     this._emit("send", { id: o.id, content: o.content, status: "pending" });
     const frameBytes = bytes(this._frame(o));
     if (o.content === "") return this._refuse(o, "bad_request", "an empty message cannot be sent"), o.id;
@@ -274,6 +285,18 @@ export class Tether {
 
   /** Merges keys into the session's user context (sent when live). */
   setContext(set) { return this._write({ type: "context", set }); }
+
+  /**
+   * Stops the turn answering user entry replyTo (without it: the turn
+   * running now) — PROTOCOL.md's `cancel`. Sent when live; returns whether
+   * it was sent. A server without `cancel` answers an "error" event
+   * (bad_request, unknown frame type) and goes on; the connection stays.
+   */
+  cancel(replyTo) {
+    const f = { type: "cancel" };
+    if (Number.isInteger(replyTo) && replyTo > 0) f.reply_to = replyTo;
+    return this._write(f);
+  }
 
   /** Ends the session for good (sent when live). */
   complete() { return this._write({ type: "complete" }); }
