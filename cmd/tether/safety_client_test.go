@@ -207,7 +207,7 @@ func (s *sclient) refusal(f frame) error {
 	if f.Code == "unavailable" || f.Code == "rate_limited" {
 		return fmt.Errorf("%w: %s", errRefused, f.Code)
 	}
-	s.note("via "+s.c.ids[s.node()]+": "+f.Raw)
+	s.note("via " + s.c.ids[s.node()] + ": " + f.Raw)
 	return fmt.Errorf("error frame via %s: %s", s.c.ids[s.node()], f.Raw)
 }
 
@@ -233,7 +233,7 @@ func (s *sclient) send(id string) error {
 		case f.Type == "error":
 			return s.refusal(f)
 		}
-		s.note("unexpected frame while sending: "+f.Raw)
+		s.note("unexpected frame while sending: " + f.Raw)
 	}
 }
 
