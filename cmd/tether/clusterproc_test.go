@@ -30,6 +30,7 @@ type pcluster struct {
 	args   [][]string // each node's serve flags
 	dead   map[int]bool
 	lab    *netns.Lab // nil: the nodes run on 127.0.0.1
+	sids   []string   // the sessions newClient created
 }
 
 // startCluster starts n nodes with --replicas r, the first alone and the

@@ -53,6 +53,7 @@ type sclient struct {
 	events   []bench.Event
 	ackAt    []time.Time
 	refusals int
+	refused  []string // resumes answered resumed:false (the session gone)
 	notes    []string // unexpected frames, logged by the test goroutine
 	repeats  []int    // how many times each note came in a row
 }
@@ -76,6 +77,7 @@ func (c *pcluster) newClient(name string, home int) *sclient {
 	if err := s.retry(time.Now().Add(20*time.Second), nil, s.attach); err != nil {
 		c.t.Fatalf("%s: new session through %s: %v", name, c.ids[home], err)
 	}
+	c.sids = append(c.sids, s.sid)
 	return s
 }
 
@@ -91,6 +93,13 @@ func (s *sclient) setVias(nodes ...int) {
 	}
 	s.drop()
 	s.vias, s.via = nodes, 0
+}
+
+// only makes the client write through node k and no other (a client on
+// k's side of a partition).
+func (s *sclient) only(k int) {
+	s.setVias(k)
+	s.vias = s.vias[:1]
 }
 
 // node is the node the client writes through now.
@@ -132,13 +141,17 @@ func (s *sclient) attach() error {
 	if s.sid == "" {
 		s.sid = f.SessionID
 	} else {
+		if !f.Resumed {
+			// Not fed to the Verifier: it would then judge the session
+			// by what its client saw and no longer by the log read back.
+			conn.Drop()
+			s.refused = append(s.refused, fmt.Sprintf("resume with last_seq %d via %s at %s: %s",
+				s.last, s.c.ids[s.node()], time.Now().Format("15:04:05.000"), f.Raw))
+			return fmt.Errorf("resume via %s: %s", s.c.ids[s.node()], f.Raw)
+		}
 		var sf wire.SessionFrame
 		_ = json.Unmarshal([]byte(f.Raw), &sf)
 		s.events = append(s.events, bench.Event{Kind: bench.EvResume, Frame: sf})
-		if !f.Resumed {
-			conn.Drop()
-			return fmt.Errorf("resume via %s: %s", s.c.ids[s.node()], f.Raw)
-		}
 	}
 	s.conn = conn
 	return nil
@@ -331,8 +344,7 @@ func writeAll(clients []*sclient, d, pace time.Duration) {
 func (s *sclient) resumeEverywhere(nodes []int, limit time.Duration) {
 	s.t.Helper()
 	for _, k := range nodes {
-		s.setVias(k)
-		s.vias = s.vias[:1] // this node and no other
+		s.only(k)
 		if err := s.retry(time.Now().Add(limit), nil, s.attach); err != nil {
 			s.t.Errorf("%s (%s): resume with last_seq %d via %s: %v", s.name, s.sid, s.last, s.c.ids[k], err)
 		}

@@ -31,8 +31,7 @@ func TestSafetySeedReturns(t *testing.T) {
 	var back []*sclient
 	for i, s := range ss {
 		if i%2 == 0 {
-			s.setVias(seed)
-			s.vias = s.vias[:1]
+			s.only(seed)
 			back = append(back, s)
 		}
 	}

@@ -83,6 +83,9 @@ func (c *pcluster) verify(clients []*sclient, nodes []int, limit time.Duration) 
 	c.t.Helper()
 	acks, reads := 0, 0
 	for _, s := range clients {
+		if len(s.refused) > 0 {
+			c.t.Errorf("%s (%s): %d resumes refused as if the session were gone; the first: %s", s.name, s.sid, len(s.refused), s.refused[0])
+		}
 		for i, n := range s.notes {
 			c.t.Logf("%s (%s): %s (×%d)", s.name, s.sid, n, s.repeats[i])
 		}
