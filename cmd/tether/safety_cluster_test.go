@@ -94,7 +94,10 @@ func startSafetyCluster(t *testing.T, opts safetyOpts) *pcluster {
 		args := []string{"--jwt-secret", testSecret, "--cluster-secret", labSecret,
 			"--node-id", c.ids[i], "--gossip", c.gossip[i], "--gossip-timing", "test",
 			"--replicas", strconv.Itoa(opts.replicas), "--agent", "echo",
-			"--rate", "0", "--max-turns", "1000", "--replay-limit", "1000"}
+			"--rate", "0", "--max-turns", "1000", "--replay-limit", "1000",
+			// A resume a node answers not_found creates a session; the
+			// clients' retries must not run into the per-user limit.
+			"--max-sessions-per-user", "-1"}
 		args = append(args, bootstrapFlags(opts.nodes)...)
 		if i > 0 {
 			args = append(args, "--join", c.gossip[0])

@@ -79,9 +79,12 @@ func (s *sclient) readLog(k int, limit time.Duration) ([]wire.Message, error) {
 // session through different nodes must agree entry by entry (no seq
 // with two contents). Only unanswered entries are given time (an answer
 // may still be on its way); a read is taken again for them until limit.
+// limit bounds the whole verification: once it passed, each read gets
+// one try, so a cluster that refuses every read fails fast.
 func (c *pcluster) verify(clients []*sclient, nodes []int, limit time.Duration) {
 	c.t.Helper()
 	acks, reads := 0, 0
+	deadline := time.Now().Add(limit)
 	for _, s := range clients {
 		if len(s.refused) > 0 {
 			c.t.Errorf("%s (%s): %d resumes refused as if the session were gone; the first: %s", s.name, s.sid, len(s.refused), s.refused[0])
@@ -92,7 +95,7 @@ func (c *pcluster) verify(clients []*sclient, nodes []int, limit time.Duration) 
 		var first []wire.Message
 		firstVia := -1
 		for _, k := range nodes {
-			viol, log, err := s.judge(k, limit)
+			viol, log, err := s.judge(k, max(time.Until(deadline), 0))
 			if err != nil {
 				c.t.Errorf("%s (%s): read through %s: %v", s.name, s.sid, c.ids[k], err)
 				continue
