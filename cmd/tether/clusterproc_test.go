@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/bench/netns"
 	"github.com/tether-dev/tether/cluster"
 )
 
@@ -28,6 +29,8 @@ type pcluster struct {
 	procs  []*proc
 	args   [][]string // each node's serve flags
 	dead   map[int]bool
+	lab    *netns.Lab // nil: the nodes run on 127.0.0.1
+	sids   []string   // the sessions newClient created
 }
 
 // startCluster starts n nodes with --replicas r, the first alone and the
@@ -135,7 +138,7 @@ func (c *pcluster) restartAll(ids ...int) {
 			args = slices.Delete(args, k, k+2)
 		}
 		args = append([]string{"--jwt-secret", testSecret}, append(args, "--join", strings.Join(seeds, ","))...)
-		c.procs[i] = launch(c.t, c.procs[i].data, nil, args...)
+		c.procs[i] = launchOpts(c.t, c.procs[i].data, c.procs[i].opts, args...)
 	}
 	for _, i := range ids {
 		c.procs[i].awaitListening()
@@ -171,7 +174,7 @@ type psession struct {
 func (c *pcluster) newSession(user string, via int) *psession {
 	c.t.Helper()
 	s := &psession{t: c.t, c: c, tok: token(c.t, user), via: via, log: newEntryLog(c.t), acked: map[string]uint64{}}
-	s.cl = dial(c.t, c.procs[via].wsURL())
+	s.cl = c.procs[via].ws()
 	f := s.cl.hello(s.tok, "", 0)
 	if f.Resumed || f.Reason != "new" {
 		c.t.Fatalf("new session: %s", f.Raw)
@@ -276,7 +279,7 @@ func (s *psession) resume(via int) {
 	s.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		cl := dial(s.t, s.c.procs[via].wsURL())
+		cl := s.c.procs[via].ws()
 		cl.mustWrite(map[string]any{"type": "hello", "token": s.tok, "session_id": s.sid, "last_seq": s.last})
 		f, ok := cl.next(30 * time.Second)
 		if ok && f.Type == "session" {
@@ -303,7 +306,7 @@ func (s *psession) resume(via int) {
 // tool call started once and finished once.
 func (s *psession) check(via int) {
 	s.t.Helper()
-	cl := dial(s.t, s.c.procs[via].wsURL())
+	cl := s.c.procs[via].ws()
 	defer func() { _ = cl.WS.Close() }()
 	f := cl.hello(s.tok, s.sid, 0)
 	b := cl.expect("history_batch", 20*time.Second)

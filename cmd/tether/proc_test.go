@@ -6,9 +6,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/wire"
+	"github.com/tether-dev/tether/gateway/wstest"
 )
 
 // testSecret is the --jwt-secret every test node runs with.
@@ -69,6 +72,8 @@ type proc struct {
 	data string
 	addr string // host:port it listens on
 
+	opts procOpts // how it was started (restart starts it alike)
+
 	mu     sync.Mutex
 	stderr bytes.Buffer
 	change chan struct{} // closed and replaced on each new stderr line
@@ -101,13 +106,41 @@ func startProcEnv(t *testing.T, data string, env []string, extra ...string) *pro
 	return p
 }
 
+// procOpts says where a process runs and how the test reaches it; the
+// zero value is a process on 127.0.0.1 reached directly.
+type procOpts struct {
+	env    []string
+	listen string // --listen; default 127.0.0.1:0
+	// command makes the exec.Cmd (default exec.Command), e.g. one that
+	// runs inside a network namespace (bench/netns Lab.Command).
+	command func(name string, args ...string) *exec.Cmd
+	// netDial makes the test's connections to the process (default: a
+	// plain dial), e.g. from inside its namespace (Lab.DialContext).
+	netDial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
 // launch starts tether serve without waiting for it to listen.
 func launch(t *testing.T, data string, env []string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, extra...)
-	cmd := exec.Command(tetherBin, args...)
-	cmd.Env = append(childEnv(), env...)
-	return launchCmd(t, cmd, data)
+	return launchOpts(t, data, procOpts{env: env}, extra...)
+}
+
+// launchOpts is launch with the process placed by opts.
+func launchOpts(t *testing.T, data string, opts procOpts, extra ...string) *proc {
+	t.Helper()
+	listen, command := opts.listen, opts.command
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	if command == nil {
+		command = exec.Command
+	}
+	args := append([]string{"serve", "--listen", listen, "--data", data}, extra...)
+	cmd := command(tetherBin, args...)
+	cmd.Env = append(childEnv(), opts.env...)
+	p := launchCmd(t, cmd, data)
+	p.opts = opts
+	return p
 }
 
 // launchCmd starts any command as a proc whose stderr is watched (the
@@ -276,15 +309,35 @@ func (p *proc) restart(extra ...string) *proc {
 	if p.running() {
 		p.t.Fatal("restart: the old process is still running")
 	}
-	return startServe(p.t, p.data, extra...)
+	np := launchOpts(p.t, p.data, p.opts, append([]string{"--jwt-secret", testSecret}, extra...)...)
+	np.awaitListening()
+	return np
 }
 
 func (p *proc) wsURL() string   { return "ws://" + p.addr + "/v1/ws" }
 func (p *proc) httpURL() string { return "http://" + p.addr }
 
+// ws opens a client connection to the process.
+func (p *proc) ws() *wsClient {
+	p.t.Helper()
+	c, err := wstest.DialVia(p.t, p.wsURL(), p.opts.netDial)
+	if err != nil {
+		p.t.Fatalf("dial %s: %v", p.wsURL(), err)
+	}
+	return &wsClient{Conn: c, t: p.t}
+}
+
+// client is the HTTP client that reaches the process.
+func (p *proc) client() *http.Client {
+	if p.opts.netDial == nil {
+		return http.DefaultClient
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: p.opts.netDial, DisableKeepAlives: true}}
+}
+
 // metric reads one unlabelled sample from GET /metrics.
 func (p *proc) metric(name string) (float64, error) {
-	resp, err := http.Get(p.httpURL() + "/metrics")
+	resp, err := p.client().Get(p.httpURL() + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -318,7 +371,7 @@ func (p *proc) snapshot(sid, token string) (int, wire.Snapshot) {
 		p.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client().Do(req)
 	if err != nil {
 		p.t.Fatal(err)
 	}

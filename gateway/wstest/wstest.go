@@ -1,9 +1,11 @@
 package wstest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -67,8 +69,12 @@ type Conn struct {
 
 // Dial connects to url. The test's cleanup closes the connection and
 // waits for its reader.
-func Dial(t testing.TB, url string) (*Conn, error) {
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+func Dial(t testing.TB, url string) (*Conn, error) { return DialVia(t, url, nil) }
+
+// DialVia is Dial with the TCP connection made by netDial (nil: the
+// default), e.g. from inside a network namespace (bench/netns).
+func DialVia(t testing.TB, url string, netDial func(ctx context.Context, network, addr string) (net.Conn, error)) (*Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, NetDialContext: netDial}
 	ws, resp, err := d.Dial(url, nil)
 	if err != nil {
 		return nil, err
