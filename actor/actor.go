@@ -260,6 +260,17 @@ func (a *actor) fail(err error) {
 		a.stopping = true
 		return
 	}
+	if errors.Is(err, ErrUnavailable) {
+		a.reg.log.Warn("session unavailable; stepping down", "session", a.sid, "err", err)
+		if c := a.s.conn; c != nil {
+			c.Deliver(&ErrorOut{Code: CodeUnavailable, Message: "the session cannot be stored on its replicas now; retry"})
+			c.Close(CloseUnavailable, "try again later")
+			a.s.conn = nil
+			a.reg.interruptLater(a.sid)
+		}
+		a.stopping = true
+		return
+	}
 	a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
 	if c := a.s.conn; c != nil {
 		c.Deliver(&ErrorOut{Code: CodeInternal, Message: "session storage failed; reconnect to resume"})

@@ -75,6 +75,9 @@ const (
 	CloseShutdown
 	// CloseInternal: the session's storage failed (1011).
 	CloseInternal
+	// CloseUnavailable: the session's store cannot take writes now (its
+	// replicas do not answer); retry, anywhere (1013).
+	CloseUnavailable
 )
 
 // Out is something the actor tells a client: one of the *Out types below.
@@ -151,6 +154,7 @@ const (
 	CodeTooLarge    = "too_large"
 	CodeRateLimited = "rate_limited"
 	CodeInternal    = "internal"
+	CodeUnavailable = "unavailable"
 )
 
 // Sentinel errors callers branch on.
@@ -165,6 +169,10 @@ var (
 	ErrGone = errors.New("actor: session actor stopped")
 	// ErrClosed: the registry is shut down.
 	ErrClosed = errors.New("actor: registry closed")
+	// ErrUnavailable: the journal cannot store the session's entries now
+	// (in a cluster: not on every replica within the bound); nothing was
+	// acknowledged, and the client should retry.
+	ErrUnavailable = errors.New("actor: the session cannot be written now")
 	// ErrNotFound: no session with that id for that user (the two are
 	// never told apart).
 	ErrNotFound = errors.New("actor: session not found")

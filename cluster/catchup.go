@@ -15,7 +15,10 @@ const catchPage = 256
 // finds where t's log and this one agree (walking back while t reports
 // divergence), and ships the rest from this node's log, in pages. It
 // ships at least once, so even a replica that holds everything is fenced.
-func (r *replicator) catchUp(t string) error {
+//
+// settle is the configuration the replica was chosen under: once caught
+// up, the copy is complete as of it (wal.Header.Settled).
+func (r *replicator) catchUp(t string, settle uint64) error {
 	var head headResp
 	if err := r.c.call(r.c.ctx, t, methodHead, headReq{SID: r.sid}, &head); err != nil {
 		return err
@@ -34,7 +37,7 @@ func (r *replicator) catchUp(t string) error {
 	}
 	step := uint64(8)
 	for {
-		err := r.shipFrom(t, start, data, sends)
+		err := r.shipFrom(t, start, data, sends, settle)
 		if !errors.Is(err, wal.ErrDiverged) || start == 1 {
 			if err == nil {
 				r.setSynced(t, true)
@@ -48,7 +51,7 @@ func (r *replicator) catchUp(t string) error {
 }
 
 // shipFrom ships this node's entries start..shipped to t.
-func (r *replicator) shipFrom(t string, start uint64, data wal.SessionData, sends map[uint64]string) error {
+func (r *replicator) shipFrom(t string, start uint64, data wal.SessionData, sends map[uint64]string, settle uint64) error {
 	prevEpoch, err := r.epochAt(start - 1)
 	if err != nil {
 		return err
@@ -65,6 +68,11 @@ func (r *replicator) shipFrom(t string, start uint64, data wal.SessionData, send
 		cp := wal.Copy{
 			SessionID: r.sid, Epoch: r.epoch, Owner: r.c.cfg.Self.ID, Prev: start - 1, PrevEpoch: prevEpoch,
 			Entries: entries, Header: hdr,
+		}
+		if hi > r.shipped {
+			// The last page: with it the replica holds this node's whole
+			// log, which holds everything acknowledged before its epoch.
+			cp.Header.Settled = max(cp.Header.Settled, settle)
 		}
 		if first {
 			cp.Context, first = data.Context, false

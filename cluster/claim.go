@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -46,7 +45,7 @@ const maxFenceRounds = 3
 //     the session unavailable, never started from a stale copy);
 //  4. pull the newest copy, claim locally, and catch up the replicas.
 func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error) {
-	cfg, err := j.c.cons.committed()
+	cfg, err := j.c.cons.fresh(ctx)
 	if err != nil {
 		return wal.SessionData{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -88,7 +87,8 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 			return wal.SessionData{}, err
 		}
 	}
-	d, err := j.local.ClaimAt(ctx, sid, epoch)
+	// The copy here is the newest one now: complete as of cfg.
+	d, err := j.local.ClaimAt(ctx, sid, epoch, cfg.Number)
 	if err != nil {
 		if errors.Is(err, wal.ErrStaleEpoch) {
 			err = fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -117,29 +117,49 @@ type fenced struct {
 // configuration since the newest entry's (see claim). It returns the
 // copies found, or the newest epoch a copy refused the fence with.
 func (j *journal) fenceCovering(ctx context.Context, sid string, cfg Configuration, epoch uint64) ([]copyAt, uint64, error) {
-	self := j.c.cfg.Self.ID
-	answers := map[string]fenced{}
-	ask := func(ids []string) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, id := range ids {
-			if _, done := answers[id]; done {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a := j.fenceOne(ctx, id, sid, epoch)
-				mu.Lock()
-				answers[id] = a
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-	}
-	first := append([]string{self}, j.c.cons.fsm.placement(cfg).Replicas(sid, cfg.Replicas)...)
+	first := append([]string{j.c.cfg.Self.ID}, j.c.cons.fsm.placement(cfg).Replicas(sid, cfg.Replicas)...)
 	if h, err := j.local.Header(sid); err == nil && h.Owner != "" {
 		first = append(first, h.Owner)
+	}
+	return j.cover(ctx, sid, cfg, first, func(id string) fenced { return j.fenceOne(ctx, id, sid, epoch) })
+}
+
+// cover asks first, then as many more nodes as it takes until every
+// configuration since the one the newest entry found was written under,
+// or the newest configuration a copy found was settled under
+// (wal.Header.Settled),
+// up to cfg, has a member of sid's write set that answered. Every
+// acknowledged entry is on all of its write set, so then no copy newer
+// than the ones found can exist; a write set none of whose members
+// answers makes the session unavailable.
+func (j *journal) cover(ctx context.Context, sid string, cfg Configuration, first []string, probe func(id string) fenced) ([]copyAt, uint64, error) {
+	type result struct {
+		id string
+		a  fenced
+	}
+	results := make(chan result)
+	done := make(chan struct{})
+	defer close(done)
+	answers := map[string]fenced{} // answered
+	asked := map[string]bool{}
+	pending := 0
+	ask := func(ids []string) {
+		for _, id := range ids {
+			if asked[id] {
+				continue
+			}
+			asked[id] = true
+			pending++
+			j.c.wg.Add(1)
+			go func() {
+				defer j.c.wg.Done()
+				a := probe(id)
+				select {
+				case results <- result{id, a}:
+				case <-done: // covered without this answer
+				}
+			}()
+		}
 	}
 	ask(first)
 	for {
@@ -147,14 +167,14 @@ func (j *journal) fenceCovering(ctx context.Context, sid string, cfg Configurati
 		for _, a := range answers {
 			stale = max(stale, a.stale)
 			if a.found {
-				newest = max(newest, a.hdr.LastEpoch)
+				newest = max(newest, epochConfig(a.hdr.LastEpoch), a.hdr.Settled)
 			}
 		}
 		if stale > 0 {
 			return nil, stale, nil
 		}
-		var more []string
-		for _, c := range j.c.cons.fsm.since(epochConfig(newest)) {
+		covered := true
+		for _, c := range j.c.cons.fsm.since(newest) {
 			if c.Number > cfg.Number {
 				break
 			}
@@ -162,17 +182,23 @@ func (j *journal) fenceCovering(ctx context.Context, sid string, cfg Configurati
 			if slices.ContainsFunc(w, func(id string) bool { return answers[id].ok }) {
 				continue
 			}
-			unasked := slices.DeleteFunc(slices.Clone(w), func(id string) bool { _, done := answers[id]; return done })
-			if len(unasked) == 0 {
-				j.c.stats.unavailable.Add(1)
-				return nil, 0, fmt.Errorf("%w: no holder of %s under configuration %d (%v) answers", ErrUnavailable, sid, c.Number, w)
-			}
-			more = append(more, unasked...)
+			covered = false
+			ask(w)
 		}
-		if len(more) == 0 {
+		if covered && len(answers) > 0 || covered && pending == 0 {
 			break
 		}
-		ask(more)
+		if pending == 0 {
+			j.c.stats.unavailable.Add(1)
+			return nil, 0, fmt.Errorf("%w: not every configuration's holders of %s answer (since configuration %d)", ErrUnavailable, sid, newest)
+		}
+		select {
+		case r := <-results:
+			pending--
+			answers[r.id] = r.a
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
 	}
 	var copies []copyAt
 	for id, a := range answers {
@@ -209,42 +235,33 @@ func (j *journal) fenceOne(ctx context.Context, id, sid string, epoch uint64) fe
 }
 
 // peek reads the heads of sid's copies without fencing them (for a
-// session this node does not hold and does not claim): every member of
-// the committed configuration is asked. Found false with a nil error
-// means every member answered and none holds a copy.
+// session this node does not hold and does not claim), covering the
+// configurations as a claim does. Found false with a nil error means no
+// copy can exist.
 func (j *journal) peek(ctx context.Context, sid string) (copyAt, bool, error) {
 	cfg := j.c.cons.fsm.current()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var best copyAt
-	found, failed := false, false
-	for _, m := range cfg.Members {
-		if m.ID == j.c.cfg.Self.ID {
-			continue
+	first := j.c.cons.fsm.placement(cfg).Replicas(sid, cfg.Replicas)
+	copies, _, err := j.cover(ctx, sid, cfg, first, func(id string) fenced {
+		if id == j.c.cfg.Self.ID {
+			h, err := j.local.Header(sid)
+			return fenced{ok: err == nil || errors.Is(err, wal.ErrNotFound), found: err == nil, hdr: h}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var resp headResp
-			err := j.c.call(ctx, m.ID, methodHead, headReq{SID: sid}, &resp)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				failed = true
-			case resp.Found:
-				c := copyAt{node: m.ID, header: resp.Header}
-				if !found || c.newer(best) {
-					best, found = c, true
-				}
-			}
-		}()
+		var resp headResp
+		if err := j.c.call(ctx, id, methodHead, headReq{SID: sid}, &resp); err != nil {
+			return fenced{}
+		}
+		return fenced{ok: true, found: resp.Found, hdr: resp.Header}
+	})
+	if err != nil || len(copies) == 0 {
+		return copyAt{}, false, err
 	}
-	wg.Wait()
-	if !found && failed {
-		return best, false, fmt.Errorf("%w: not every member answered for %s", ErrUnavailable, sid)
+	best := copies[0]
+	for _, c := range copies[1:] {
+		if c.newer(best) {
+			best = c
+		}
 	}
-	return best, found, nil
+	return best, true, nil
 }
 
 // pull takes from's copy of sid into this node's store: from the last

@@ -19,7 +19,9 @@ import (
 
 // ErrUnavailable: a session's owner cannot be reached now (it just failed
 // and the cluster has not settled); the client should retry, to any node.
-var ErrUnavailable = errors.New("cluster: the session's owner cannot be reached")
+// It wraps actor.ErrUnavailable, so the session's actor tells its client
+// the same when its appends cannot reach the replicas.
+var ErrUnavailable = fmt.Errorf("cluster: the session's owner cannot be reached: %w", actor.ErrUnavailable)
 
 // Config configures a Cluster. Self.ID, Store and Gossip are required.
 type Config struct {
@@ -67,6 +69,10 @@ type Config struct {
 	// CallTimeout bounds one call to another node (replication, survey,
 	// pull page). Default 5s.
 	CallTimeout time.Duration
+	// RereplicateRate bounds the sessions per second this node brings onto
+	// their new write sets after a configuration change (see
+	// rereplicate.go). Default 200.
+	RereplicateRate float64
 	// MaxPulls caps the activations fetching a log from another node at
 	// once. Default 8.
 	MaxPulls int
@@ -103,6 +109,9 @@ func (c *Config) setDefaults() error {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 5 * time.Second
 	}
+	if c.RereplicateRate <= 0 {
+		c.RereplicateRate = 200
+	}
 	if c.MaxPulls <= 0 {
 		c.MaxPulls = 8
 	}
@@ -114,17 +123,22 @@ func (c *Config) setDefaults() error {
 
 // Stats are a cluster node's counters.
 type Stats struct {
-	Members     int // in the committed configuration
-	Raft        Status
-	Pulls       uint64 // activations that fetched a log from another node
-	Forwarded   uint64 // client sessions opened on another owner
-	Served      uint64 // client sessions served for another node's client
-	Replicated  uint64 // batches stored on every replica
-	Fenced      uint64 // appends refused because another node owns the session
-	Moved       uint64 // actors stopped because the session's owner changed
-	CatchUps    uint64 // replicas brought up to date
-	Unavailable uint64 // opens answered unavailable
-	Frames      uint64 // history batches encoded here for another node's client
+	Members      int // in the committed configuration
+	Raft         Status
+	Pulls        uint64 // activations that fetched a log from another node
+	Forwarded    uint64 // client sessions opened on another owner
+	Served       uint64 // client sessions served for another node's client
+	Replicated   uint64 // batches stored on every replica
+	Fenced       uint64 // appends refused because another node owns the session
+	Moved        uint64 // actors stopped because the session's owner changed
+	CatchUps     uint64 // replicas brought up to date
+	Unavailable  uint64 // opens answered unavailable
+	Frames       uint64 // history batches encoded here for another node's client
+	Rereplicated uint64 // sessions brought onto a new write set in the background
+	// Rereplicating is how many sessions this node's current pass has
+	// left; RereplicatedConfiguration the configuration whose pass ended.
+	Rereplicating             int64
+	RereplicatedConfiguration uint64
 }
 
 // Cluster is a node's part in the cluster: membership, placement, the
@@ -153,7 +167,8 @@ type Cluster struct {
 	leavers map[string]bool // members that asked the leader to let them leave
 
 	stats struct {
-		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames atomic.Uint64
+		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames, rereplicated, rereplicatedCfg atomic.Uint64
+		rereplicating                                                                                                     atomic.Int64
 	}
 	closeOnce sync.Once
 }
@@ -276,6 +291,8 @@ func (c *Cluster) Stats() Stats {
 		Members: n, Raft: c.cons.status(), Pulls: s.pulls.Load(), Forwarded: s.forwarded.Load(), Served: s.served.Load(),
 		Replicated: s.replicated.Load(), Fenced: s.fenced.Load(), Moved: s.moved.Load(),
 		CatchUps: s.catchUps.Load(), Unavailable: s.unavailable.Load(), Frames: s.frames.Load(),
+		Rereplicated: s.rereplicated.Load(), Rereplicating: s.rereplicating.Load(),
+		RereplicatedConfiguration: s.rereplicatedCfg.Load(),
 	}
 }
 
@@ -335,6 +352,13 @@ func (c *Cluster) replicas(sid string) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.place.Replicas(sid, c.config.Replicas)
+}
+
+// configNumber is the newest applied configuration's number.
+func (c *Cluster) configNumber() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.config.Number
 }
 
 // member returns a node's addresses: from the newest configuration that

@@ -55,10 +55,12 @@ type consensus struct {
 	fails       map[string]int // probes in a row a member's link missed (under reconcileMu)
 	closeErr    error
 
-	mu          sync.Mutex
-	leaderSince time.Time // zero while not the leader
-	barrierDone bool
-	commitLat   time.Duration // the last configuration's commit latency
+	mu            sync.Mutex
+	leaderSince   time.Time // zero while not the leader
+	barrierDone   bool
+	commitLat     time.Duration // the last configuration's commit latency
+	verifiedAt    time.Time     // leadership last confirmed (readindex.go)
+	verifiedIndex uint64
 }
 
 func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {

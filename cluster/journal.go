@@ -31,7 +31,7 @@ func newJournal(c *Cluster) *journal {
 // Create stores a new session here and on its replicas before it is
 // shown to anyone.
 func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error) {
-	cfg, err := j.c.cons.committed()
+	cfg, err := j.c.cons.fresh(ctx)
 	if err != nil {
 		return wal.Header{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -136,6 +136,16 @@ func (j *journal) replicatorFor(sid string, epoch, lastSeq, lastEpoch uint64) *r
 	j.repls[sid] = r
 	j.mu.Unlock()
 	return r
+}
+
+// claimedUnder is the epoch sid was claimed with here (0: not claimed).
+func (j *journal) claimedUnder(sid string) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if r := j.repls[sid]; r != nil {
+		return r.epoch
+	}
+	return 0
 }
 
 func (j *journal) drop(sid string) {

@@ -121,6 +121,9 @@ func (cs *consensus) reconcile() error {
 			suffrage := raft.Nonvoter
 			if ok {
 				suffrage = s.Suffrage
+			} else if reach[id].ok && voters < maxVoters {
+				suffrage = raft.Voter
+				voters++
 			}
 			var fut raft.IndexFuture
 			if suffrage == raft.Voter {
@@ -133,8 +136,8 @@ func (cs *consensus) reconcile() error {
 			}
 			servers[id] = raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(m.LinkAddr), Suffrage: suffrage}
 			cs.log.Info("raft server added", "member", id, "addr", m.LinkAddr, "voter", suffrage == raft.Voter)
-		case s.Suffrage == raft.Nonvoter && voters < maxVoters && reach[id].ok && reach[id].applied >= cs.fsm.current().Number:
-			// Caught up and reachable: promote.
+		case s.Suffrage == raft.Nonvoter && voters < maxVoters && reach[id].ok:
+			// Its link answers now: promote.
 			if err := cs.raft.AddVoter(raft.ServerID(id), s.Address, 0, 5*time.Second).Error(); err != nil {
 				return fmt.Errorf("promote %s: %w", id, err)
 			}
@@ -211,7 +214,7 @@ func (cs *consensus) probeAll(alive map[string]Member) map[string]reachability {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(cs.c.ctx, time.Second)
+			ctx, cancel := context.WithTimeout(cs.c.ctx, cs.probeTimeout())
 			defer cancel()
 			var resp statusResp
 			err := cs.c.link.Call(ctx, m.LinkAddr, methodStatus, struct{}{}, &resp)
@@ -232,4 +235,10 @@ func (cs *consensus) probeAll(alive map[string]Member) map[string]reachability {
 	}
 	wg.Wait()
 	return out
+}
+
+// probeTimeout bounds the leader's probe of one member's link: a few of
+// gossip's own probe timeouts, within [500 ms, 2 s].
+func (cs *consensus) probeTimeout() time.Duration {
+	return min(max(3*cs.c.cfg.Timing.ProbeTimeout, 500*time.Millisecond), 2*time.Second)
 }

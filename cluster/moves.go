@@ -50,6 +50,8 @@ func (c *Cluster) configured(cfg Configuration) {
 // that have a turn in flight.
 func (c *Cluster) moveLoop() {
 	var done uint64
+	pass := newPasses(c.ctx)
+	defer pass.stop()
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -68,8 +70,32 @@ func (c *Cluster) moveLoop() {
 		if attached {
 			c.moveAway()
 			c.takeOver()
+			ctx := pass.next()
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.rereplicate(ctx, cfg)
+			}()
 		}
 	}
+}
+
+// ownedThroughout reports whether this node owned sid under every
+// configuration since the one its actor claimed it under: if another node
+// owned it in between (this node was cut off, then came back), that node
+// may have written to it, and this actor's memory is stale even though
+// its appends would be fenced.
+func (c *Cluster) ownedThroughout(sid string) bool {
+	epoch := c.journal.claimedUnder(sid)
+	if epoch == 0 {
+		return true
+	}
+	for _, cfg := range c.cons.fsm.since(epochConfig(epoch)) {
+		if c.cons.fsm.placement(cfg).Owner(sid) != c.cfg.Self.ID {
+			return false
+		}
+	}
+	return true
 }
 
 // moveAway stops the actors of sessions this node no longer owns: their
@@ -82,7 +108,7 @@ func (c *Cluster) moveAway() {
 	}
 	var gone []string
 	for _, sid := range reg.ActiveIDs() {
-		if !c.Owns(sid) {
+		if !c.Owns(sid) || !c.ownedThroughout(sid) {
 			gone = append(gone, sid)
 		}
 	}
@@ -157,4 +183,26 @@ func (c *Cluster) each(ctx context.Context, sids []string, fn func(string)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// passes hands out one context at a time: the next ends the one before
+// (a re-replication pass for an older configuration is moot).
+type passes struct {
+	parent context.Context
+	cancel context.CancelFunc
+}
+
+func newPasses(parent context.Context) *passes { return &passes{parent: parent} }
+
+func (p *passes) next() context.Context {
+	p.stop()
+	ctx, cancel := context.WithCancel(p.parent)
+	p.cancel = cancel
+	return ctx
+}
+
+func (p *passes) stop() {
+	if p.cancel != nil {
+		p.cancel()
+	}
 }

@@ -9,14 +9,16 @@ import (
 
 // Methods of the node link.
 const (
-	methodHead     = "head"     // headReq → headResp: a node's copy of a session, if any
-	methodRead     = "read"     // readReq → readResp: entries of a copy, for pulls and catch-ups
-	methodCopy     = "copy"     // wal.Copy → struct{}: replication (fenced)
-	methodSnapshot = "snapshot" // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
-	methodSession  = "session"  // stream: a client attached through another node
-	methodFence    = "fence"    // fenceReq → fenceResp: raise a copy's epoch, then report its head
-	methodStatus   = "status"   // struct{} → statusResp: the leader's probe of a member's link and Raft
-	methodLeave    = "leave"    // leaveReq → struct{}: at the leader, take a member out of the configuration
+	methodHead      = "head"      // headReq → headResp: a node's copy of a session, if any
+	methodRead      = "read"      // readReq → readResp: entries of a copy, for pulls and catch-ups
+	methodCopy      = "copy"      // wal.Copy → struct{}: replication (fenced)
+	methodSnapshot  = "snapshot"  // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
+	methodSession   = "session"   // stream: a client attached through another node
+	methodFence     = "fence"     // fenceReq → fenceResp: raise a copy's epoch, then report its head
+	methodStatus    = "status"    // struct{} → statusResp: the leader's probe of a member's link and Raft
+	methodReadIndex = "readindex" // struct{} → readIndexResp: at the leader, its confirmed commit index
+	methodAdopt     = "adopt"     // headReq → struct{}: at the owner, bring the session's copies onto its write set
+	methodLeave     = "leave"     // leaveReq → struct{}: at the leader, take a member out of the configuration
 )
 
 // Link error codes (link.WithCode) the other side maps to sentinels.

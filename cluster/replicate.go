@@ -32,7 +32,8 @@ type replicator struct {
 	// every replica in synced holds the log up to shipped.
 	shipped, shippedEpoch uint64
 	synced                map[string]bool
-	failed                error // sticky: every later append fails with it
+	failed                error  // sticky: every later append fails with it
+	settle                uint64 // the configuration the current targets are of
 }
 
 type queued struct {
@@ -159,6 +160,7 @@ func (r *replicator) replicate(cp wal.Copy) error {
 	backoff := 20 * time.Millisecond
 	deadline := time.Now().Add(r.c.cfg.ForwardFor)
 	for {
+		r.settle = r.c.configNumber()
 		err := r.shipTo(r.targets(), cp)
 		if err == nil {
 			if n := len(cp.Entries); n > 0 {
@@ -222,7 +224,7 @@ func (r *replicator) shipTo(targets []string, cp wal.Copy) error {
 
 func (r *replicator) shipOne(t string, cp wal.Copy) error {
 	if !r.isSynced(t) {
-		if err := r.catchUp(t); err != nil {
+		if err := r.catchUp(t, r.settle); err != nil {
 			return err
 		}
 	}
@@ -253,6 +255,7 @@ func (r *replicator) setSynced(t string, ok bool) {
 // it (a new session is not shown until it is on all of them); otherwise
 // one that does not answer is caught up at the first append.
 func (r *replicator) fenceAll(ctx context.Context, strict bool) error {
+	settle := r.c.configNumber()
 	targets := r.targets()
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
@@ -260,7 +263,7 @@ func (r *replicator) fenceAll(ctx context.Context, strict bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = r.catchUp(t)
+			errs[i] = r.catchUp(t, settle)
 		}()
 	}
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tether-dev/tether/actor"
@@ -42,6 +43,24 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 		return fenceResp{Found: f.Found, Header: f.Header}, nil
 	case methodStatus:
 		return statusResp{Applied: c.cons.raft.AppliedIndex(), Config: c.cons.fsm.current().Number}, nil
+	case methodReadIndex:
+		if c.cons.raft.State() != raft.Leader {
+			return nil, errors.New("cluster: not the leader")
+		}
+		i, err := c.cons.verified()
+		if err != nil {
+			return nil, err
+		}
+		return readIndexResp{Index: i}, nil
+	case methodAdopt:
+		var req headReq
+		if err := msgpack.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		if !c.Owns(req.SID) {
+			return nil, WithCode(codeUnavailable, fmt.Errorf("cluster: %s does not own %s", c.cfg.Self.ID, req.SID))
+		}
+		return struct{}{}, c.journal.rereplicate(ctx, req.SID)
 	case methodLeave:
 		var req leaveReq
 		if err := msgpack.Unmarshal(body, &req); err != nil {

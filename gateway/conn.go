@@ -189,6 +189,8 @@ func closeCode(why actor.CloseReason) int {
 		return wire.CloseSuperseded
 	case actor.CloseInternal:
 		return wire.CloseInternal
+	case actor.CloseUnavailable:
+		return wire.CloseTryAgain
 	}
 	return wire.CloseRestart
 }

@@ -113,6 +113,11 @@ func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
 		counter("tether_cluster_moved_total", "Session actors stopped because their owner changed.", func(s cluster.Stats) uint64 { return s.Moved }),
 		counter("tether_cluster_catchups_total", "Replicas brought up to date.", func(s cluster.Stats) uint64 { return s.CatchUps }),
 		counter("tether_cluster_unavailable_total", "Opens answered unavailable: the owner could not be reached.", func(s cluster.Stats) uint64 { return s.Unavailable }),
+		counter("tether_cluster_rereplicated_total", "Sessions brought onto a new write set in the background after a configuration change.", func(s cluster.Stats) uint64 { return s.Rereplicated }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_rereplicating", Help: "Sessions the current re-replication pass has left."},
+			func() float64 { return float64(stats().Rereplicating) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_rereplicated_configuration", Help: "The configuration whose re-replication pass finished: every copy here is on its write set."},
+			func() float64 { return float64(stats().RereplicatedConfiguration) }),
 		counter("tether_cluster_frames_total", "History batches this node encoded for clients attached through other nodes.", func(s cluster.Stats) uint64 { return s.Frames }),
 	)
 }

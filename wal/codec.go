@@ -80,6 +80,11 @@ type Header struct {
 	LastEpoch uint64 `msgpack:"le,omitempty"`
 	Sensitive bool   `msgpack:"se,omitempty"`
 	State     []byte `msgpack:"x,omitempty"`
+	// Settled is set by the cluster (wal gives it no meaning but "keep the
+	// largest"): the newest configuration under which the session's owner
+	// made this copy complete, so a claim need not look at the holders of
+	// older configurations.
+	Settled uint64 `msgpack:"sd,omitempty"`
 }
 
 // SessionData is everything stored about a session but its entries.

@@ -54,7 +54,9 @@ type request struct {
 	sid   string
 	owner string
 	epoch uint64
-	at    time.Time
+	// settled is a claim's Header.Settled (ClaimAt).
+	settled uint64
+	at      time.Time
 	// deleteIf is re-checked against the stored header by the committer.
 	deleteIf func(Header) bool
 	// copy and data are pointers: every append allocates a request, and
@@ -465,6 +467,7 @@ func (l *Log) applyClaim(b *pebble.Batch, staged map[string]*claim, r *request) 
 	default:
 		h.Epoch = r.epoch
 	}
+	h.Settled = max(h.Settled, r.settled)
 	h.Owner = r.owner
 	kv := &l.scratch
 	kv.reset()

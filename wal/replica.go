@@ -66,12 +66,14 @@ func (l *Log) Store(ctx context.Context, c Copy) error {
 // ClaimAt claims a session as Claim does, but with the given epoch, which
 // must be newer than the stored one, or the stored one under the same
 // owner (a claiming owner fences its own copy first): a new owner in a
-// cluster takes an epoch above every copy it has seen.
-func (l *Log) ClaimAt(ctx context.Context, sid string, epoch uint64) (SessionData, error) {
+// cluster takes an epoch above every copy it has seen. settled, when
+// above the stored Header.Settled, replaces it (the claimant has just
+// made this copy complete).
+func (l *Log) ClaimAt(ctx context.Context, sid string, epoch, settled uint64) (SessionData, error) {
 	if err := CheckID(sid); err != nil {
 		return SessionData{}, err
 	}
-	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid, owner: l.cfg.NodeID, epoch: epoch})
+	r, err := l.submit(ctx, &request{kind: reqClaim, sid: sid, owner: l.cfg.NodeID, epoch: epoch, settled: settled})
 	return r.result(), err
 }
 
@@ -133,6 +135,9 @@ func (l *Log) applyCopy(b *pebble.Batch, staged map[string]*claim, r *request) e
 	}
 	h := c.Header
 	h.SessionID, h.Epoch, h.Owner, h.LastSeq, h.LastEpoch = sid, c.Epoch, c.Owner, held, heldEpoch
+	if exists {
+		h.Settled = max(h.Settled, old.Settled)
+	}
 	if exists && c.Adopt {
 		h.Epoch = max(h.Epoch, old.Epoch)
 	}

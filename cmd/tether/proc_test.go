@@ -83,7 +83,10 @@ type proc struct {
 }
 
 // listenRE finds the listening line in either log format (text, json).
-var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
+var (
+	listenRE  = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
+	servingRE = regexp.MustCompile(`msg=serving addr=(\S+)|"msg":"serving","addr":"([^"]+)"`)
+)
 
 // startServe starts `tether serve` on data with extra flags and waits for
 // its listening line.
@@ -177,12 +180,25 @@ func launchCmd(t *testing.T, cmd *exec.Cmd, data string) *proc {
 // awaitListening waits for a launched process's listening line.
 func (p *proc) awaitListening() {
 	p.t.Helper()
-	line, err := p.waitLogRE(listenRE, 20*time.Second)
+	p.awaitLine(listenRE)
+}
+
+// awaitServing waits until a launched process serves its listener: a
+// clustered node does so before it has caught up with its peers (a
+// restarted one waits there for a quorum), and logs listening only then.
+func (p *proc) awaitServing() {
+	p.t.Helper()
+	p.awaitLine(servingRE)
+}
+
+func (p *proc) awaitLine(re *regexp.Regexp) {
+	p.t.Helper()
+	line, err := p.waitLogRE(re, 20*time.Second)
 	if err != nil {
 		p.killIfRunning()
 		p.t.Fatalf("tether %v: %v\nstderr:\n%s", p.cmd.Args[1:], err, p.Stderr())
 	}
-	m := listenRE.FindStringSubmatch(line)
+	m := re.FindStringSubmatch(line)
 	p.addr = m[1] + m[2]
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -113,7 +114,7 @@ func startSafetyCluster(t *testing.T, opts safetyOpts) *pcluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, p := range c.procs {
-				t.Logf("--- %s (%s) log:\n%s", c.ids[i], p.addr, tail(p.Stderr(), 60))
+				t.Logf("--- %s (%s) log:\n%s", c.ids[i], p.addr, tail(p.Stderr(), safetyLogLines()))
 			}
 		}
 	})
@@ -150,7 +151,9 @@ func (c *pcluster) relaunch(i int, join bool) {
 		args = slices.Delete(args, k, k+2)
 	}
 	c.procs[i] = launchOpts(c.t, c.procs[i].data, c.procs[i].opts, args...)
-	c.procs[i].awaitListening()
+	// Serving, not ready: a node of a cluster restarted whole waits for a
+	// quorum of its peers before it is ready.
+	c.procs[i].awaitServing()
 	delete(c.dead, i)
 }
 
@@ -222,4 +225,24 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// waitRereplicated waits until node i has finished re-replicating for the
+// configuration it has applied.
+func (c *pcluster) waitRereplicated(i int, timeout time.Duration) {
+	c.t.Helper()
+	poll(c.t, timeout, fmt.Sprintf("%s re-replicating for its configuration", c.ids[i]), func() bool {
+		cfg, err1 := c.procs[i].metric("tether_cluster_configuration")
+		done, err2 := c.procs[i].metric("tether_cluster_rereplicated_configuration")
+		return err1 == nil && err2 == nil && cfg > 0 && done == cfg
+	})
+}
+
+// safetyLogLines is how many lines of each node's log a failed safety
+// test prints: TETHER_SAFETY_LOG lines (default 60).
+func safetyLogLines() int {
+	if n, err := strconv.Atoi(os.Getenv("TETHER_SAFETY_LOG")); err == nil && n > 0 {
+		return n
+	}
+	return 60
 }

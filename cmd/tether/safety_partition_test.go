@@ -16,8 +16,11 @@ const (
 	faultFor       = 8 * time.Second
 	writePace      = 100 * time.Millisecond
 	// linkDownBound is how long a client may be unable to write while
-	// one node's link is down but its gossip is up.
-	linkDownBound = 8 * time.Second
+	// one node's link is down but its gossip is up: the leader's three
+	// missed probes of that link (test timing: about 3 s), the append or
+	// forward that gives up (ForwardFor, 3 s), the new owner's claim,
+	// and the client's retry backoff.
+	linkDownBound = 12 * time.Second
 )
 
 // partitioned runs the common shape: sessions on every node with acked

@@ -51,6 +51,10 @@ type Config struct {
 	// Logger; default slog.Default(). It is also the parts' logger unless
 	// their own config names one.
 	Logger *slog.Logger
+	// Listening, if set, is called with the served address as soon as the
+	// listener serves, which for a clustered node is before Start returns
+	// (it may wait long for its peers).
+	Listening func(addr string)
 }
 
 // Node is one running node.
@@ -156,6 +160,9 @@ func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 			return fmt.Errorf("node: %w", err)
 		}
 		go func() { n.served <- n.Server.Serve(ln) }()
+		if cfg.Listening != nil {
+			cfg.Listening(n.Addr)
+		}
 		return nil
 	}
 	cc := *cfg.Cluster
@@ -190,6 +197,9 @@ func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 		n.served <- n.Server.Serve(ln)
 		close(stopped)
 	}()
+	if cfg.Listening != nil {
+		cfg.Listening(n.Addr)
+	}
 	wait, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

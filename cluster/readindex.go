@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// verifyFor is how long a leader's confirmed leadership is reused for
+// read-index requests: a takeover storm of thousands of claims costs a
+// heartbeat round every verifyFor, not one per claim.
+const verifyFor = 50 * time.Millisecond
+
+// fresh is the committed configuration as of now, Raft's read-index way:
+// the leader confirms it still leads (a round of heartbeats, shared
+// across claims for verifyFor) and says how far it has committed, and
+// this node waits until it has applied that much. A follower that has
+// just heard from the leader again may not yet know the newest
+// configuration; a claim under an older one could serve a stale copy.
+func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
+	if _, err := cs.committed(); err != nil {
+		return Configuration{}, err
+	}
+	var index uint64
+	if cs.raft.State() == raft.Leader {
+		var err error
+		if index, err = cs.verified(); err != nil {
+			return Configuration{}, err
+		}
+	} else {
+		_, leader := cs.raft.LeaderWithID()
+		var resp readIndexResp
+		if err := cs.c.call(ctx, string(leader), methodReadIndex, struct{}{}, &resp); err != nil {
+			return Configuration{}, fmt.Errorf("%w: read index from %s: %v", ErrNoLeader, leader, err)
+		}
+		index = resp.Index
+	}
+	deadline := time.Now().Add(time.Second)
+	for cs.raft.AppliedIndex() < index {
+		if time.Now().After(deadline) {
+			return Configuration{}, fmt.Errorf("%w: applied %d of %d", ErrCatchingUp, cs.raft.AppliedIndex(), index)
+		}
+		select {
+		case <-ctx.Done():
+			return Configuration{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return cs.committed()
+}
+
+// verified confirms this node leads and returns its commit index.
+func (cs *consensus) verified() (uint64, error) {
+	cs.mu.Lock()
+	if time.Since(cs.verifiedAt) < verifyFor {
+		i := cs.verifiedIndex
+		cs.mu.Unlock()
+		return i, nil
+	}
+	cs.mu.Unlock()
+	index := cs.raft.CommitIndex()
+	if err := cs.raft.VerifyLeader().Error(); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrNoLeader, err)
+	}
+	cs.mu.Lock()
+	cs.verifiedAt, cs.verifiedIndex = time.Now(), index
+	cs.mu.Unlock()
+	return index, nil
+}
+
+type readIndexResp struct {
+	Index uint64 `msgpack:"i"`
+}
