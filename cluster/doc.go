@@ -1,8 +1,9 @@
-// Package cluster owns what nodes share: who is in the cluster
-// (Membership), which node owns and which nodes replicate a session
-// (Placement), and the authenticated node-to-node Link that carries calls
-// and streams. Forwarding client traffic and replicating log entries are
-// built on these three next; the package never parses client frames. It
+// Package cluster owns what nodes share: who is alive (Membership, gossip),
+// the committed cluster Configuration (a Raft group), which node owns and
+// which nodes replicate a session under it (Placement), and the
+// authenticated node-to-node Link that carries calls and streams.
+// Forwarding client traffic and replicating log entries are built on
+// these; the package never parses client frames. It
 // may pass some on: the owner of a session encodes its history batches
 // with the gateway's encoder (Config.EncodeFrame) for a client attached
 // through another node, whose gateway queues the bytes as they are.
@@ -51,16 +52,40 @@
 // authenticated, not encrypted (ws://): after the handshake, frames are
 // neither secret nor integrity-protected, so keep it on a trusted network.
 //
+// # Configurations: gossip detects, Raft decides
+//
+// A Raft group (hashicorp/raft; consensus.go, leader.go) commits numbered
+// configurations: the members that own and hold sessions, and R. Its
+// leader reconciles the gossip view into them, as Consul's leader does
+// with serf: a member gossip declares dead leaves the configuration (and
+// stays a voter); one that left gracefully leaves Raft too; a new one is
+// added as a voter (up to five) once its node link answers the leader's
+// probe, and a member whose link misses three probes is left out. Raft's
+// log and stable store live on a Pebble of their own in the data
+// directory (raft_store.go); its RPCs ride the HTTP listener at /v1/raft
+// (raft_stream.go). A node decides nothing from its own view: placement
+// is computed over the newest configuration it has applied, and it claims
+// a session only under one it has caught up with (Raft's read index:
+// readindex.go).
+//
 // # Ownership changes
 //
-// Views disagree while gossip settles, so two nodes may both believe they
-// own a session. Epochs fence the loser at its next append (its replica
-// is the other's next owner); on top of that, a claim waits while the
-// owner a copy names is a live member that still owns or serves the
-// session (released, in claim.go), a node serves a forwarded open only
-// for a session it owns, and when a member its view had dropped comes
-// back (a partition healed, a node restarted) a node stops the actors
-// whose replicas include it, since that member may have written to them
-// meanwhile. A node cut off alone still owns everything in its own view
-// and acks what only it holds; gossip is not consensus.
+// An owner epoch is the configuration's number << 20 plus a claim count:
+// only one node owns a session under a configuration, so an epoch names
+// one owner, and newer configurations' epochs are above older ones'. A
+// claim (claim.go) fences the copies first (wal.Log.Fence: from then on
+// they refuse the old epoch, so the old owner can acknowledge nothing
+// more), reads their heads after the fence, and fences more nodes until
+// every configuration since the session was last written or settled
+// (wal.Header.Settled) has an answering member of its write set — every
+// acknowledged entry is on all of its write set, so none can then be
+// missed; a write set none of whose members answers leaves the session
+// unavailable. It pulls the newest copy and catches the current replicas
+// up before the first write. An actor another node may have owned in
+// between (this node was cut off, then came back as owner) is stopped.
+// An entry is acknowledged only when all R replicas of the configuration
+// stored it; a replica that does not answer within ForwardFor fails the
+// append (unavailable, 1013). After each configuration change, sessions
+// whose write set changed are re-replicated in the background
+// (rereplicate.go), so R copies hold over time.
 package cluster

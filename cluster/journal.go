@@ -38,8 +38,7 @@ func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal
 	if owner := j.c.cons.fsm.placement(cfg).Owner(h.SessionID); owner != j.c.cfg.Self.ID {
 		return wal.Header{}, fmt.Errorf("%w: %s owns %s under configuration %d", ErrUnavailable, owner, h.SessionID, cfg.Number)
 	}
-	h.Epoch = cfg.Number << epochShift
-	hdr, err := j.local.Create(ctx, h, context)
+	hdr, err := j.local.CreateAt(ctx, h, context, cfg.Number<<epochShift)
 	if err != nil {
 		return wal.Header{}, err
 	}

@@ -103,7 +103,7 @@ func (j *journal) rereplicate(ctx context.Context, sid string) error {
 	r := j.repls[sid]
 	j.mu.Unlock()
 	if r != nil {
-		err := r.fenceAll(ctx, true)
+		err := r.resync(ctx)
 		if err == nil {
 			j.c.stats.rereplicated.Add(1)
 		}
@@ -151,4 +151,26 @@ func (j *journal) releaseIf(ctx context.Context, sid string, epoch uint64) error
 	}
 	r.stop()
 	return j.local.Release(ctx, sid, epoch)
+}
+
+// resync has the replicator catch every replica of the current write set
+// up again, in its own goroutine and in order with the session's appends
+// (an empty shipment after them; each replica is caught up before it
+// takes it), and waits for it.
+func (r *replicator) resync(ctx context.Context) error {
+	h, err := r.j.local.Header(r.sid)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	clear(r.synced)
+	r.mu.Unlock()
+	done := make(chan error, 1)
+	r.enqueue(&wal.Batch{SessionID: r.sid, Epoch: r.epoch, Header: h}, nil, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -127,13 +127,20 @@ func (l *Log) recycle(r *request) {
 	}
 }
 
-// Create stores a new session claimed by this node (Config.NodeID) with
-// h.Epoch (1 when zero), with its first context (nil: none).
+// Create stores a new session claimed with epoch 1 by this node
+// (Config.NodeID), with its first context (nil: none). h's epoch, owner
+// and last seq are the log's to set.
 func (l *Log) Create(ctx context.Context, h Header, context []byte) (Header, error) {
+	return l.CreateAt(ctx, h, context, 1)
+}
+
+// CreateAt is Create with the given epoch (a cluster's owner takes one
+// derived from its configuration).
+func (l *Log) CreateAt(ctx context.Context, h Header, context []byte, epoch uint64) (Header, error) {
 	if err := CheckID(h.SessionID); err != nil {
 		return Header{}, err
 	}
-	r, err := l.submit(ctx, &request{kind: reqCreate, sid: h.SessionID, owner: l.cfg.NodeID, batch: Batch{Header: h, Context: context}})
+	r, err := l.submit(ctx, &request{kind: reqCreate, sid: h.SessionID, owner: l.cfg.NodeID, epoch: epoch, batch: Batch{Header: h, Context: context}})
 	return r.result().Header, err
 }
 
@@ -428,10 +435,7 @@ func (l *Log) applyCreate(b *pebble.Batch, staged map[string]*claim, r *request)
 		}
 		return err
 	}
-	if h.Epoch == 0 {
-		h.Epoch = 1
-	}
-	h.Owner, h.LastSeq = r.owner, 0
+	h.Epoch, h.Owner, h.LastSeq = max(r.epoch, 1), r.owner, 0
 	kv := &l.scratch
 	kv.reset()
 	if err := kv.header(h.SessionID, h); err != nil {

@@ -30,7 +30,7 @@ func impliedBy(prev, next Header, last Entry) bool {
 		prev.Status == next.Status && prev.CreatedAt.Equal(next.CreatedAt) &&
 		prev.InterruptedAt.Equal(next.InterruptedAt) && prev.ExpiresAt.Equal(next.ExpiresAt) &&
 		prev.Epoch == next.Epoch && prev.Owner == next.Owner &&
-		prev.Sensitive == next.Sensitive && bytes.Equal(prev.State, next.State) &&
+		prev.Sensitive == next.Sensitive && bytes.Equal(prev.State, next.State) && prev.Settled == next.Settled &&
 		next.LastSeq == last.Seq && next.LastEpoch == next.Epoch &&
 		!next.LastActiveAt.Before(prev.LastActiveAt) && d > -time.Millisecond && d < time.Millisecond
 }

@@ -250,13 +250,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if certs != nil {
 		nc.Gateway.TLS = certs.TLSConfig()
 	}
-	nc.Listening = func(addr string) {
-		id := c.nodeID
-		if id == "" {
-			id = addr
-		}
-		logger.Info("serving", "addr", addr, "node", id)
-	}
+	nc.Listening = func(addr, id string) { logger.Info("serving", "addr", addr, "node", id) }
 	n, err := node.Start(ctx, nc)
 	if err != nil && !c.gossipSet && c.join == "" && addrInUse(err) {
 		// The default gossip address is taken and there is nothing to

@@ -201,8 +201,8 @@ func TestLeaveWithAReplicaDown(t *testing.T) {
 	c.waitView(c.nodes...)
 	n1, n2 := c.nodes[0], c.nodes[1]
 	w := ownedWriter(t, "a", n1, func(int) *tnode { return n1 })
-	w.l.expect("internal") // its send in flight at the leave fails
-	w.waitAcks(3)          // and it goes on writing
+	w.l.expect("unavailable") // its send in flight at the leave fails (its replica is gone)
+	w.waitAcks(3)             // and it goes on writing
 
 	// n2 crashes: its link and gossip stop answering, nothing said.
 	_ = n2.Server.Close()

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -255,13 +254,6 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 	}
 	c.waitView(a, b)
 }
-
-// connSink is the connection of a session created through the cluster's
-// API in a test: it keeps nothing.
-type connSink struct{}
-
-func (connSink) Deliver(actor.Out)               {}
-func (connSink) Close(actor.CloseReason, string) {}
 
 // A member whose node link cannot be reached (its gossip can) is never
 // put in the configuration: it could neither serve its sessions nor hold

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +56,7 @@ type Config struct {
 	// Listening, if set, is called with the served address as soon as the
 	// listener serves, which for a clustered node is before Start returns
 	// (it may wait long for its peers).
-	Listening func(addr string)
+	Listening func(addr, id string)
 }
 
 // Node is one running node.
@@ -111,7 +113,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{Addr: ln.Addr().String(), ID: cfg.NodeID, log: cfg.Logger, served: make(chan error, 1), tls: cfg.Gateway.TLS != nil}
 	if n.ID == "" {
-		n.ID = n.Addr
+		id, err := keptID(cfg.Dir, n.Addr)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		n.ID = id
 	}
 	if err := n.start(ctx, cfg, ln); err != nil {
 		ln.Close()
@@ -161,7 +168,7 @@ func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 		}
 		go func() { n.served <- n.Server.Serve(ln) }()
 		if cfg.Listening != nil {
-			cfg.Listening(n.Addr)
+			cfg.Listening(n.Addr, n.ID)
 		}
 		return nil
 	}
@@ -198,7 +205,7 @@ func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 		close(stopped)
 	}()
 	if cfg.Listening != nil {
-		cfg.Listening(n.Addr)
+		cfg.Listening(n.Addr, n.ID)
 	}
 	wait, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -322,4 +329,22 @@ func (n *Node) stopParts() error {
 		errs = append(errs, n.Log.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// keptID is the node id kept in dir/node-id, or, the first time, def,
+// kept there: a node's id must not change across restarts (it is its
+// name in Raft's configuration and in its sessions' headers), and the
+// default, the listener's address, may (port 0).
+func keptID(dir, def string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("node: data directory: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(def+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("node: keep the node id: %w", err)
+	}
+	return def, nil
 }

@@ -55,23 +55,6 @@ func startWriter(t testing.TB, name string, pick func(int) *tnode) *writer {
 	return w
 }
 
-// joinWriter starts a writer on w's session (the same user and ledger),
-// attaching through pick(0): two clients write into one session.
-func (w *writer) joinWriter(name string, pick func(int) *tnode) *writer {
-	w.t.Helper()
-	w2 := &writer{t: w.t, name: name, tok: w.tok, l: w.l, sid: w.sid, pick: pick, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	w.mu.Lock()
-	w2.last = w.last
-	w.mu.Unlock()
-	c := w2.reconnect(0)
-	if c == nil {
-		w.t.Fatalf("%s: could not attach to %s", name, w.sid)
-	}
-	w.t.Cleanup(w2.stop)
-	go w2.run(c)
-	return w2
-}
-
 func (w *writer) run(c *wsc) {
 	defer close(w.done)
 	next := 0

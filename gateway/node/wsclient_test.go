@@ -54,13 +54,6 @@ func (c *wsc) hello(tok, sid string, lastSeq uint64) frame {
 	return c.Hello(tok, sid, lastSeq, waitFor)
 }
 
-// closeCode waits for the connection to end and returns the server's
-// close code, or -1 when it ended without one.
-func (c *wsc) closeCode(seen func(frame)) int {
-	c.t.Helper()
-	return c.CloseCode(waitFor, seen)
-}
-
 // follow returns a wsc.until callback that records frames in l and
 // checks that this connection is shown entries gap-free and in order: a
 // history_batch starting right after what it was shown before (from
