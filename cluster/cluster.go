@@ -164,7 +164,7 @@ type Cluster struct {
 	view    map[string]Member // the gossip view, for addresses of members not in config yet
 	reg     *actor.Registry   // set by Attach
 	left    bool
-	leavers map[string]bool // members that asked the leader to let them leave
+	leavers map[string]bool // members that asked the leader to let them leave (leader.go: leaving)
 
 	stats struct {
 		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames, rereplicated, rereplicatedCfg atomic.Uint64

@@ -89,6 +89,7 @@ func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
 	cs.stream = newRaftStream(c.link, cfg.Self.LinkAddr, cs.log)
 	cs.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: cs.stream, MaxPool: 3, Timeout: 5 * time.Second, Logger: hl,
+		ServerAddressProvider: gossipAddrs{c},
 	})
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.Self.ID)
@@ -298,4 +299,20 @@ func (cs *consensus) waitCommitted(ctx context.Context) (Configuration, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// gossipAddrs gives Raft a peer's address as gossip knows it now: a node
+// restarted on another address (port 0, a new pod IP) is reachable
+// before the leader has written its new address into Raft's
+// configuration — after a whole-cluster restart, before there is one.
+type gossipAddrs struct{ c *Cluster }
+
+func (g gossipAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	g.c.mu.RLock()
+	m, ok := g.c.view[string(id)]
+	g.c.mu.RUnlock()
+	if !ok || m.LinkAddr == "" {
+		return "", fmt.Errorf("cluster: %s is not in the gossip view", id)
+	}
+	return raft.ServerAddress(m.LinkAddr), nil
 }

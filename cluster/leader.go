@@ -112,6 +112,9 @@ func (cs *consensus) reconcile() error {
 	}
 	reach := cs.probeAll(alive)
 	for id, m := range alive {
+		if cs.leaving(id) {
+			continue // still in gossip while it leaves: not to be added back
+		}
 		s, ok := servers[id]
 		switch {
 		case !ok || string(s.Address) != m.LinkAddr:
@@ -176,15 +179,22 @@ func (cs *consensus) reconcile() error {
 	return nil
 }
 
-// leaving reports whether member id asked to leave (leave.go).
+// leaving reports whether member id is leaving or has left: it asked the
+// leader to let it go (leave.go) and gossip has not said goodbye yet, or
+// gossip says it left (and it has not come back). Once gossip has seen
+// the leave, the request is forgotten, so a node that comes back later
+// under the same id is added again.
 func (cs *consensus) leaving(id string) bool {
-	_, ok := cs.c.members.Left()[id]
-	if ok {
+	_, left := cs.c.members.Left()[id]
+	cs.c.mu.Lock()
+	defer cs.c.mu.Unlock()
+	if _, asked := cs.c.leavers[id]; asked {
+		if left {
+			delete(cs.c.leavers, id)
+		}
 		return true
 	}
-	cs.c.mu.RLock()
-	defer cs.c.mu.RUnlock()
-	return cs.c.leavers[id]
+	return left
 }
 
 // reachability is what the leader's probe of a member's node link found.
