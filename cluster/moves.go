@@ -106,9 +106,16 @@ func (c *Cluster) moveAway() {
 	if err != nil {
 		return
 	}
+	// By the configuration alone: Owns also asks whether this node is
+	// caught up right now, which a slow moment can briefly deny, and an
+	// actor stopped for that would leave its turn waiting for a client.
+	self := c.cfg.Self.ID
+	c.mu.RLock()
+	place := c.place
+	c.mu.RUnlock()
 	var gone []string
 	for _, sid := range reg.ActiveIDs() {
-		if !c.Owns(sid) || !c.ownedThroughout(sid) {
+		if place.Owner(sid) != self || !c.ownedThroughout(sid) {
 			gone = append(gone, sid)
 		}
 	}

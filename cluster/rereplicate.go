@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -113,44 +114,32 @@ func (j *journal) rereplicate(ctx context.Context, sid string) error {
 	if h, err := j.local.Header(sid); err == nil && (h.Status.Terminal() || h.Settled == cfg.Number) {
 		return nil // settled under this configuration already
 	}
-	d, err := j.claim(ctx, sid)
-	if errors.Is(err, wal.ErrNotFound) {
-		return nil
-	}
+	// An idle session is activated through the registry, so this claim
+	// and a client's arriving at the same time are one claim, not two
+	// that would stop each other's replicator; the actor passivates
+	// after its idle timeout as any other.
+	reg, err := j.c.registry()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = j.releaseIf(context.WithoutCancel(ctx), sid, d.Header.Epoch) }()
+	if err := reg.Activate(ctx, sid); err != nil {
+		if errors.Is(err, actor.ErrNotFound) || errors.Is(err, wal.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
 	j.mu.Lock()
 	r = j.repls[sid]
 	j.mu.Unlock()
-	if r == nil || r.epoch != d.Header.Epoch {
-		return nil // an actor took the session over meanwhile: its claim caught them up
+	if r == nil {
+		return nil // ended (or passivated) already: its claim caught the replicas up
 	}
 	// Every replica, this time: the pass is done only once all hold it.
-	if err := r.fenceAll(ctx, true); err != nil {
+	if err := r.resync(ctx); err != nil {
 		return err
 	}
 	j.c.stats.rereplicated.Add(1)
 	return nil
-}
-
-// releaseIf gives up the claim made with epoch unless a newer one (an
-// actor activated meanwhile) took its place.
-func (j *journal) releaseIf(ctx context.Context, sid string, epoch uint64) error {
-	j.mu.Lock()
-	r := j.repls[sid]
-	if r != nil && r.epoch == epoch {
-		delete(j.repls, sid)
-	} else {
-		r = nil
-	}
-	j.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	r.stop()
-	return j.local.Release(ctx, sid, epoch)
 }
 
 // resync has the replicator catch every replica of the current write set
