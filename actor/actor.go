@@ -260,21 +260,19 @@ func (a *actor) fail(err error) {
 		a.stopping = true
 		return
 	}
+	// The client is told why and closed, and the session is marked
+	// interrupted once the actor is gone: unavailable (retry, 1013) when
+	// the journal cannot reach the replicas, internal (1011) otherwise.
+	code, msg, reason, text := CodeInternal, "session storage failed; reconnect to resume", CloseInternal, "internal error"
 	if errors.Is(err, ErrUnavailable) {
+		code, msg, reason, text = CodeUnavailable, "the session cannot be stored on its replicas now; retry", CloseUnavailable, "try again later"
 		a.reg.log.Warn("session unavailable; stepping down", "session", a.sid, "err", err)
-		if c := a.s.conn; c != nil {
-			c.Deliver(&ErrorOut{Code: CodeUnavailable, Message: "the session cannot be stored on its replicas now; retry"})
-			c.Close(CloseUnavailable, "try again later")
-			a.s.conn = nil
-			a.reg.interruptLater(a.sid)
-		}
-		a.stopping = true
-		return
+	} else {
+		a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
 	}
-	a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
 	if c := a.s.conn; c != nil {
-		c.Deliver(&ErrorOut{Code: CodeInternal, Message: "session storage failed; reconnect to resume"})
-		c.Close(CloseInternal, "internal error")
+		c.Deliver(&ErrorOut{Code: code, Message: msg})
+		c.Close(reason, text)
 		a.s.conn = nil
 		a.reg.interruptLater(a.sid)
 	}

@@ -199,9 +199,8 @@ func (cs *consensus) leaving(id string) bool {
 
 // reachability is what the leader's probe of a member's node link found.
 type reachability struct {
-	ok      bool   // answered this round
-	applied uint64 // its Raft applied index
-	member  bool   // may be in the configuration: answered recently
+	ok     bool // answered this round
+	member bool // may be in the configuration: answered recently
 }
 
 // linkFailures is how many probes in a row a member's node link may miss
@@ -232,7 +231,7 @@ func (cs *consensus) probeAll(alive map[string]Member) map[string]reachability {
 			defer mu.Unlock()
 			if err == nil {
 				cs.fails[id] = 0
-				out[id] = reachability{ok: true, applied: resp.Applied, member: true}
+				out[id] = reachability{ok: true, member: true}
 				return
 			}
 			cs.fails[id]++
