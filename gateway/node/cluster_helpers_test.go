@@ -264,21 +264,27 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 	})
 }
 
-// owner is the node among nodes that owns sid in its own view.
+// owner is the node among nodes that owns sid in its own view. It waits
+// until exactly one does: a node that is applying a new configuration or
+// has just missed its leader's heartbeat under load owns nothing for a
+// moment, and two nodes a configuration apart may both think they own it
+// until the slower one applies (the claim's fence, not this view, is what
+// keeps them from both writing).
 func owner(t testing.TB, sid string, nodes ...*tnode) *tnode {
 	t.Helper()
 	var found *tnode
-	for _, n := range nodes {
-		if n.Cluster.Owns(sid) {
-			if found != nil {
-				t.Fatalf("%s and %s both own %s", found.id, n.id, sid)
+	eventually(t, "exactly one node to own "+sid, func() bool {
+		found = nil
+		for _, n := range nodes {
+			if n.Cluster.Owns(sid) {
+				if found != nil {
+					return false
+				}
+				found = n
 			}
-			found = n
 		}
-	}
-	if found == nil {
-		t.Fatalf("no node owns %s", sid)
-	}
+		return found != nil
+	})
 	return found
 }
 
