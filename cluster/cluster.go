@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,9 +36,15 @@ type Config struct {
 	// Seeds are gossip addresses of nodes to join; none starts a cluster of
 	// one that others may join.
 	Seeds []string
-	// Secret encrypts gossip and authenticates the node link; empty is
-	// allowed only on a loopback Gossip.
+	// Secret encrypts gossip, authenticates the node link and, unless
+	// LinkCertFile is set, keys the link's TLS (see LinkTLSConfig); empty
+	// is allowed only on a loopback Gossip, and then the link is plain
+	// text, allowed only between loopback addresses.
 	Secret string
+	// LinkCertFile, LinkKeyFile and LinkCAFile, if set, are the node
+	// link's TLS certificate, key and the CA peers' certificates must
+	// chain to, instead of a key derived from Secret.
+	LinkCertFile, LinkKeyFile, LinkCAFile string
 	// Timing is the memberlist preset: LANTiming (default), LocalTiming,
 	// or TestTiming (a dead node noticed in about a second).
 	Timing Timing
@@ -148,6 +155,7 @@ type Cluster struct {
 	cfg     Config
 	log     *slog.Logger
 	link    *Link
+	tls     *LinkTLS // nil: the link is plain text (loopback only)
 	members *Membership
 	cons    *consensus
 	journal *journal
@@ -187,10 +195,19 @@ func New(cfg Config) (*Cluster, error) {
 	c.view = map[string]Member{cfg.Self.ID: {NodeMeta: cfg.Self}}
 	c.leavers = map[string]bool{}
 	var err error
-	c.link, err = NewLink(LinkConfig{
+	if cfg.Secret != "" || cfg.LinkCertFile != "" || cfg.LinkKeyFile != "" || cfg.LinkCAFile != "" {
+		if c.tls, err = NewLinkTLS(LinkTLSConfig{Secret: cfg.Secret, CertFile: cfg.LinkCertFile, KeyFile: cfg.LinkKeyFile, CAFile: cfg.LinkCAFile}); err != nil {
+			return nil, err
+		}
+	}
+	lc := LinkConfig{
 		NodeID: cfg.Self.ID, Secret: cfg.Secret, Serve: c.serve, Accept: c.accept,
 		CallTimeout: cfg.CallTimeout, Logger: cfg.Logger,
-	})
+	}
+	if c.tls != nil {
+		lc.TLS = c.tls.Client
+	}
+	c.link, err = NewLink(lc)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +244,18 @@ func New(cfg Config) (*Cluster, error) {
 func (c *Cluster) WaitReady(ctx context.Context) error {
 	_, err := c.cons.waitCommitted(ctx)
 	return err
+}
+
+// LinkTLS is the TLS configuration peers' connections to this node's
+// listener must be handshaken with (their ClientHello asks for LinkALPN);
+// nil when the link is plain text (no secret, loopback only). Whoever
+// serves Handler must refuse /v1/link and /v1/raft on any other
+// connection, as the gateway does.
+func (c *Cluster) LinkTLS() *tls.Config {
+	if c.tls == nil {
+		return nil
+	}
+	return c.tls.Server
 }
 
 // Handler serves the node link at /v1/link and Raft at /v1/raft; mount

@@ -48,9 +48,16 @@
 // streams are multiplexed by id; all that is queued goes out as one
 // WebSocket message. Streams have no flow control: a receiver whose buffer
 // fills is reset (ErrOverflow) rather than stall the connection, so a
-// sender must bound what it sends ahead of acknowledgements. The link is
-// authenticated, not encrypted (ws://): after the handshake, frames are
-// neither secret nor integrity-protected, so keep it on a trusted network.
+// sender must bound what it sends ahead of acknowledgements.
+//
+// With a secret the link and Raft run over mutual TLS 1.3 (link_tls.go).
+// Every node derives one Ed25519 key from the secret, and a peer is
+// admitted when its certificate carries that key. Certificate files and a
+// CA may be given instead. Peers ask for the ALPN protocol LinkALPN. That
+// is how the node's shared listener (the gateway's) picks the link's
+// configuration, and why it refuses the link's paths on any other
+// connection. Without a secret the link is plain text, allowed only
+// between loopback addresses.
 //
 // # Configurations: gossip detects, Raft decides
 //

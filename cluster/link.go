@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -103,6 +105,11 @@ type LinkConfig struct {
 	PingInterval time.Duration
 	// MaxFrame bounds one request, reply or stream value, encoded (16 MiB).
 	MaxFrame int
+	// TLS, if set, is the client side of the link's TLS (LinkTLS.Client):
+	// peers are dialed with wss:// and must present the cluster's
+	// certificate. Nil dials ws://, allowed only to loopback addresses
+	// without a Secret and meant for tests.
+	TLS *tls.Config
 	// Path is where peers serve Handler (/v1/link).
 	Path   string
 	Logger *slog.Logger
@@ -186,6 +193,13 @@ func NewLink(cfg LinkConfig) (*Link, error) {
 		HandshakeTimeout: cfg.DialTimeout,
 		ReadBufferSize:   32 << 10,
 		WriteBufferSize:  64 << 10, // a client masks into this buffer: fewer writes per batch
+	}
+	if cfg.TLS != nil {
+		// The link's own handshake: the websocket package refuses an ALPN
+		// other than http/1.1 on connections it handshakes itself.
+		l.dialer.NetDialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialTLS(ctx, network, addr, cfg.TLS)
+		}
 	}
 	l.upgrader = websocket.Upgrader{
 		HandshakeTimeout: cfg.DialTimeout,

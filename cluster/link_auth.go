@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -151,13 +152,21 @@ func (l *Link) dialConn(addr string) (*conn, error) {
 	h.Set(hdrVersion, linkVer)
 	h.Set(hdrNode, l.cfg.NodeID)
 	h.Set(hdrNonce, b64(nd))
-	ws, resp, err := l.dialer.DialContext(ctx, "ws://"+addr+l.cfg.Path, h)
+	scheme := "ws://"
+	if l.cfg.TLS != nil {
+		scheme = "wss://"
+	}
+	ws, resp, err := l.dialer.DialContext(ctx, scheme+addr+l.cfg.Path, h)
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			return nil, fmt.Errorf("%w: dial %s: %s", ErrAuth, addr, resp.Status)
 		}
 		if resp != nil {
 			return nil, fmt.Errorf("%w: dial %s: %s", ErrLinkDown, addr, resp.Status)
+		}
+		if errors.Is(err, errPeerCert) {
+			l.log.Warn("link authentication failed: the peer's TLS certificate is not the cluster's", "addr", addr, "err", err)
+			return nil, fmt.Errorf("%w: dial %s: %w", ErrAuth, addr, err)
 		}
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrLinkDown, addr, err)
 	}

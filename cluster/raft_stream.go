@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"crypto/hmac"
 	"errors"
 	"fmt"
@@ -181,9 +182,17 @@ func (s *raftStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Dial implements raft.StreamLayer.
 func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	l := s.link
-	conn, err := net.DialTimeout("tcp", string(address), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), min(timeout, handshakeTimeout))
+	defer cancel()
+	var conn net.Conn
+	var err error
+	if l.cfg.TLS != nil {
+		conn, err = dialTLS(ctx, "tcp", string(address), l.cfg.TLS)
+	} else {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", string(address))
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cluster: raft connection to %s: %w", address, err)
 	}
 	fail := func(err error) (net.Conn, error) {
 		_ = conn.Close()

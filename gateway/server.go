@@ -89,11 +89,16 @@ type Config struct {
 	Link http.Handler
 	// TLS, if set, makes clients use TLS (https://, wss://): Serve
 	// handshakes each connection that starts with a TLS record and answers
-	// any other plain-text request with 400, except the node link's (peers
-	// dial it as ws://, authenticated but not encrypted). Give it a
-	// GetCertificate (CertFiles.TLSConfig) to swap certificates without a
-	// restart. Default nil: plain text only.
+	// any other plain-text request with 400. Give it a GetCertificate
+	// (CertFiles.TLSConfig) to swap certificates without a restart.
+	// Default nil: clients use plain text.
 	TLS *tls.Config
+	// LinkTLS, if set, is the TLS configuration of the node link
+	// (cluster.Cluster.LinkTLS): a handshake whose ClientHello asks for
+	// cluster.LinkALPN gets it instead of TLS, and /v1/link and /v1/raft
+	// are served only on such connections (403 on any other). Nil: the
+	// link is plain text, which the cluster allows only on loopback.
+	LinkTLS *tls.Config
 	// Ready reports whether the node can serve (GET /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -194,8 +199,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	handler := s.routes()
 	var connCtx func(context.Context, net.Conn) context.Context
-	if cfg.TLS != nil {
-		handler, connCtx = plainOnlyLink(handler), connContext
+	if cfg.TLS != nil || cfg.LinkTLS != nil {
+		handler, connCtx = s.guardTLS(handler), connContext
 	}
 	s.http = &http.Server{
 		Handler:           handler,
@@ -214,8 +219,8 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts connections on ln until Shutdown or Close.
 func (s *Server) Serve(ln net.Listener) error {
-	if s.cfg.TLS != nil {
-		ln = sniffListener{Listener: ln, cfg: s.cfg.TLS}
+	if s.cfg.TLS != nil || s.cfg.LinkTLS != nil {
+		ln = sniffListener{Listener: ln, cfg: &tls.Config{GetConfigForClient: s.tlsFor}}
 	}
 	err := s.http.Serve(corkListener{Listener: ln, pool: &s.bufs})
 	if errors.Is(err, http.ErrServerClosed) {

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/tether-dev/tether/cluster"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -60,10 +62,10 @@ func (c *CertFiles) TLSConfig() *tls.Config {
 const tlsRecordHandshake = 0x16
 
 // sniffListener makes each accepted connection TLS or plain by its first
-// byte. Clients must use TLS; plain connections exist for the cluster's
-// node link, which peers dial as ws:// (authenticated, unencrypted: see
-// package cluster) at the same address — plainOnlyLink refuses every other
-// plain request.
+// byte. A TLS connection is a client's (Config.TLS) or a peer's node link
+// (Config.LinkTLS), told apart by the ALPN the peer asks for (tlsFor);
+// guardTLS then keeps each kind of request on the kind of connection it
+// belongs to.
 type sniffListener struct {
 	net.Listener
 	cfg *tls.Config
@@ -138,7 +140,7 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 
 type sniffKey struct{}
 
-// connContext remembers a request's connection for plainOnlyLink.
+// connContext remembers a request's connection for guardTLS.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*corkConn); ok {
 		c = cc.Conn
@@ -149,13 +151,42 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// plainOnlyLink answers a plain-text request on a TLS server with 400 and
-// how to reach the node, unless it is for the node link or Raft (both
-// authenticated by the cluster secret, not yet encrypted).
-func plainOnlyLink(h http.Handler) http.Handler {
+// link reports whether the connection was handshaken as a node link.
+func (c *sniffConn) link() bool {
+	tc, ok := c.inner.(*tls.Conn)
+	return ok && tc.ConnectionState().NegotiatedProtocol == cluster.LinkALPN
+}
+
+// tlsFor picks the configuration of one TLS handshake: the node link's
+// for a peer that asks for it, the clients' otherwise.
+func (s *Server) tlsFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	if s.cfg.LinkTLS != nil && slices.Contains(hello.SupportedProtos, cluster.LinkALPN) {
+		return s.cfg.LinkTLS, nil
+	}
+	if s.cfg.TLS == nil {
+		return nil, errors.New("gateway: this node takes TLS only from its cluster peers; clients use plain text")
+	}
+	return s.cfg.TLS, nil
+}
+
+// guardTLS keeps requests on the connections they belong to: the node
+// link and Raft only on a link handshake when the link is encrypted (a
+// plain-text peer, or a client's TLS, gets 403), and with client TLS no
+// client request in plain text (400 and how to reach the node).
+func (s *Server) guardTLS(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sc, _ := r.Context().Value(sniffKey{}).(*sniffConn)
-		if sc != nil && sc.plain.Load() && r.URL.Path != "/v1/link" && r.URL.Path != "/v1/raft" {
+		plain := sc == nil || sc.plain.Load()
+		if r.URL.Path == "/v1/link" || r.URL.Path == "/v1/raft" {
+			if s.cfg.LinkTLS != nil && (sc == nil || !sc.link()) {
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusForbidden, "the node link is encrypted: peers dial it with TLS and the cluster's certificate")
+				return
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		if plain && s.cfg.TLS != nil {
 			w.Header().Set("Connection", "close")
 			writeError(w, http.StatusBadRequest, "this node serves TLS: use https:// or wss://")
 			return

@@ -76,6 +76,23 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("serve with half of the link's certificate flags", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--cluster-secret", "C", "--cluster-cert", "c.pem"}, "--cluster-cert, --cluster-key and --cluster-ca go together"},
+			{[]string{"--cluster-cert", "c.pem", "--cluster-key", "k.pem", "--cluster-ca", "ca.pem"}, "needs --cluster-secret"},
+			{[]string{"--cluster-secret", "C", "--cluster-cert", "none.pem", "--cluster-key", "none.pem", "--cluster-ca", "none.pem"}, "node link TLS"},
+		} {
+			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--jwt-secret", "S", "--gossip", "127.0.0.1:0"}, tc.args...)
+			if _, stderr, code := runTether(t, args...); code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("tether %v: exit %d, stderr %q, want %q", tc.args, code, stderr, tc.want)
+			}
+		}
+	})
+
 	t.Run("serve without a secret", func(t *testing.T) {
 		t.Parallel()
 		_, stderr, code := runTether(t, "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir())

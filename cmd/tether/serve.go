@@ -38,6 +38,7 @@ type serveConfig struct {
 	rate                                              float64
 	jwtSecret, agent, logLevel, logFormat, origins    string
 	pprof, tlsCert, tlsKey                            string
+	linkCert, linkKey, linkCA                         string
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 	openai                                            openaiFlags
@@ -98,7 +99,10 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	num(&c.maxQueue, "max-queue-bytes", 4<<20, "bytes waiting to be written to one client before it is closed (1013)")
 	dur(&c.reauthMaxAge, "reauth-max-age", 5*time.Minute, "auth_time age accepted for sensitive sessions")
 	str(&c.jwtSecret, "jwt-secret", "", "HS256 secret")
-	str(&c.clusterSecret, "cluster-secret", "", "gossip encryption + node-link auth")
+	str(&c.clusterSecret, "cluster-secret", "", "shared by the nodes: encrypts gossip, authenticates the node link and keys its TLS")
+	str(&c.linkCert, "cluster-cert", "", "PEM certificate for the node link's TLS instead of one keyed by --cluster-secret (with --cluster-key, --cluster-ca)")
+	str(&c.linkKey, "cluster-key", "", "PEM private key of --cluster-cert")
+	str(&c.linkCA, "cluster-ca", "", "PEM CA certificates every node's --cluster-cert must chain to")
 	fs.Float64Var(&c.rate, "rate", 50, "client frames per second per connection, bursts of 2x (0: no limit)")
 	fs.bind("rate", envName("rate"))
 	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai|http (openai: a model with placeholder demo tools; http: your own agent behind --agent-url)")
@@ -147,6 +151,10 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("serve: unknown --log-format %q (text|json)", c.logFormat)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("serve: --tls-cert and --tls-key go together")
+	case (c.linkCert == "") != (c.linkKey == "") || (c.linkCert == "") != (c.linkCA == ""):
+		return errors.New("serve: --cluster-cert, --cluster-key and --cluster-ca go together")
+	case c.linkCert != "" && c.clusterSecret == "":
+		return errors.New("serve: --cluster-cert needs --cluster-secret too (it still encrypts gossip and authenticates each node)")
 	case c.gossipTiming != "lan" && c.gossipTiming != "local" && c.gossipTiming != "test":
 		return fmt.Errorf("serve: unknown --gossip-timing %q (lan|local|test)", c.gossipTiming)
 	}
@@ -319,7 +327,10 @@ func jwtSecret(c serveConfig) ([]byte, error) {
 
 // clusterConfig is the node's cluster membership from the flags.
 func (c *serveConfig) clusterConfig() *cluster.Config {
-	cc := &cluster.Config{Gossip: c.gossip, Secret: c.clusterSecret, Replicas: c.replicas, BootstrapExpect: c.bootstrapExpect}
+	cc := &cluster.Config{
+		Gossip: c.gossip, Secret: c.clusterSecret, Replicas: c.replicas, BootstrapExpect: c.bootstrapExpect,
+		LinkCertFile: c.linkCert, LinkKeyFile: c.linkKey, LinkCAFile: c.linkCA,
+	}
 	if c.join != "" {
 		for _, s := range strings.Split(c.join, ",") {
 			if s = strings.TrimSpace(s); s != "" {

@@ -51,6 +51,7 @@ type opts struct {
 	timing    *cluster.Timing
 	engine    actor.Engine // every node's engine, when set (overrides toolDelay)
 	flush     time.Duration
+	secret    string // cluster.Config.Secret: the link and Raft over TLS
 }
 
 // tnode is one in-process node.
@@ -163,7 +164,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{
 			Gossip: "127.0.0.1:0", Seeds: seeds, Timing: timing, Replicas: c.o.replicas,
-			ForwardFor: c.o.forward, CallTimeout: 2 * time.Second, Transport: ft,
+			ForwardFor: c.o.forward, CallTimeout: 2 * time.Second, Transport: ft, Secret: c.o.secret,
 		},
 	}
 	if tweak != nil {

@@ -195,7 +195,7 @@ func (n *Node) start(ctx context.Context, cfg Config, ln net.Listener) error {
 	// Serve first: Raft and the node link are on this listener, and a
 	// restarted node's peers must reach it before it can catch up. Until
 	// the registry is attached the cluster answers clients unavailable.
-	gc.Backend, gc.Link = gateway.Clustered(n.Cluster), n.Cluster.Handler()
+	gc.Backend, gc.Link, gc.LinkTLS = gateway.Clustered(n.Cluster), n.Cluster.Handler(), n.Cluster.LinkTLS()
 	if n.Server, err = gateway.New(gc); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

@@ -2,15 +2,18 @@ package node_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/client"
 	"github.com/tether-dev/tether/gateway/node"
@@ -18,8 +21,9 @@ import (
 )
 
 // A node with Gateway.TLS: clients reach it over wss:// and https://; a
-// plain-text request is refused with 400, except the node link's, which
-// peers dial as ws:// at the same address; CertFiles.Reload swaps the
+// plain-text request is refused with 400, except the node link's when
+// the link itself is plain text (no cluster secret: loopback tests);
+// CertFiles.Reload swaps the
 // certificate new connections see and keeps the old one when the files
 // do not load.
 func TestNodeServesTLS(t *testing.T) {
@@ -96,5 +100,69 @@ func TestNodeServesTLS(t *testing.T) {
 	}
 	if got := tlstest.PeerCommonName(t, n.Addr, ca.ClientConfig()); got != "second" {
 		t.Fatalf("after a bad Reload: %q, want second", got)
+	}
+}
+
+// TestClusterLinkTLS: nodes that share a cluster secret run Raft and the
+// node link over TLS on their client port (a write through one node is
+// stored on the other, which needs both); the link and Raft paths refuse
+// plain text, a TLS handshake that does not ask for the link's protocol
+// gets no certificate (clients use plain text here), and one keyed by
+// another secret is refused.
+func TestClusterLinkTLS(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2, opts{secret: "the cluster's secret"})
+	n1, n2 := c.nodes[0], c.nodes[1]
+	w := startWriter(t, "tls", func(int) *tnode { return n1 })
+	w.waitAcks(3)
+	w.stop()
+	eventually(t, "both copies of the session", func() bool {
+		h1, ok1 := header(n1, w.sid)
+		h2, ok2 := header(n2, w.sid)
+		return ok1 && ok2 && h1.LastSeq == h2.LastSeq && h1.LastSeq > 0
+	})
+
+	plain := &http.Client{Timeout: 5 * time.Second}
+	for _, path := range []string{"/v1/link", "/v1/raft"} {
+		resp, err := plain.Get("http://" + n1.Addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "encrypted") {
+			t.Errorf("plain %s: %d %s, want 403", path, resp.StatusCode, b)
+		}
+	}
+	if resp, err := plain.Get("http://" + n1.Addr + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("plain /healthz for clients: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+
+	dialTLS := func(cfg *tls.Config) error {
+		d := &tls.Dialer{Config: cfg, NetDialer: &net.Dialer{Timeout: 5 * time.Second}}
+		conn, err := d.DialContext(context.Background(), "tcp", n1.Addr)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}
+	if err := dialTLS(&tls.Config{InsecureSkipVerify: true}); err == nil {
+		t.Error("a TLS handshake without the link's ALPN succeeded on a node whose clients use plain text")
+	}
+	other, err := cluster.NewLinkTLS(cluster.LinkTLSConfig{Secret: "another secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dialTLS(other.Client); err == nil {
+		t.Error("a link handshake keyed by another secret succeeded")
+	}
+	same, err := cluster.NewLinkTLS(cluster.LinkTLSConfig{Secret: "the cluster's secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dialTLS(same.Client); err != nil {
+		t.Errorf("a link handshake keyed by the cluster's secret: %v", err)
 	}
 }
