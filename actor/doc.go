@@ -27,8 +27,9 @@
 // and the caller chooses a new session's id (in a cluster, so that the
 // create goes to that id's owner). Engines (engine.go) are the agents:
 // Echo by default, Demo with a slow search tool and a sensitive payment
-// tool, OpenAI (a model, with placeholder demo tools); package
-// actor/httpagent drives an agent endpoint in any language. An engine
+// tool, OpenAI (a model, with placeholder demo tools, and MCP servers'
+// tools through package actor/mcptools); package actor/httpagent drives
+// an agent endpoint in any language. An engine
 // that declares its tools per call (CallRunner) has each call's
 // idempotent flag kept with the pending call, so it outlives a crash.
 //

@@ -199,10 +199,12 @@ func (g *gate) run(name string) func(context.Context, map[string]any, func(strin
 // mentioning "pay" calls the sensitive payment tool, any other calls
 // search; the reply quotes the tool's result. With holdNext set, Next
 // of a message mentioning "slow" first waits for a value on it (a slow
-// model).
+// model). With approvePay set, the payment tool declares that it needs
+// approval.
 type gatedEngine struct {
 	g          *gate
 	idempotent bool
+	approvePay bool
 	holdNext   chan struct{}
 	nexts      atomic.Int32
 }
@@ -241,7 +243,7 @@ func (e *gatedEngine) Tool(name string) (Tool, bool) {
 	case "search":
 		return Tool{Name: name, Idempotent: e.idempotent, Run: e.g.run(name)}, true
 	case "payment":
-		return Tool{Name: name, Sensitive: true, Run: e.g.run(name)}, true
+		return Tool{Name: name, Sensitive: true, Approval: e.approvePay, Run: e.g.run(name)}, true
 	}
 	return Tool{}, false
 }

@@ -129,11 +129,14 @@ const ErrNeedsApproval = "needs approval, not supported yet"
 
 // Tool is something an agent can run. Idempotent tools may be run again
 // when a crash left their call unfinished; others are logged as failed.
-// Running a Sensitive tool marks the session sensitive.
+// Running a Sensitive tool marks the session sensitive. An Approval tool
+// must be approved by the user before each run; as Call.Approval says,
+// that is not supported yet, so its calls are refused and never run.
 type Tool struct {
 	Name       string
 	Idempotent bool
 	Sensitive  bool
+	Approval   bool
 	// Run does the work. progress reports an intermediate result, which is
 	// kept in the session's pending tool call.
 	Run func(ctx context.Context, args map[string]any, progress func(string)) (string, error)

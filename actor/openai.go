@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,9 @@ type OpenAIConfig struct {
 	// Tools are offered to the model. nil: BuiltinTools with its
 	// defaults; an empty non-nil slice offers none.
 	Tools []OpenAITool
+	// ToolSource offers further tools, read at every step: MCP servers'.
+	// A tool of the source named like one of Tools is left out. nil: none.
+	ToolSource OpenAIToolSource
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -159,8 +163,15 @@ func (o *OpenAI) Close() error {
 
 // Tool returns one of the tools offered to the model.
 func (o *OpenAI) Tool(name string) (Tool, bool) {
-	t, ok := o.tools[name]
-	return t.Tool, ok
+	if t, ok := o.tools[name]; ok {
+		return t.Tool, true
+	}
+	if o.cfg.ToolSource != nil {
+		if t, ok := o.cfg.ToolSource.OpenAITool(name); ok && t.Run != nil {
+			return t.Tool, true
+		}
+	}
+	return Tool{}, false
 }
 
 // Next is Stream without showing the parts.
@@ -171,13 +182,20 @@ func (o *OpenAI) Next(ctx context.Context, in TurnInput) (Action, error) {
 // Stream asks the model for the next step of the turn, reporting the
 // reply's text as it arrives.
 func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (Action, error) {
-	msgs, kept := o.conversation(in)
+	defs, note := o.toolDefs, ""
+	if o.cfg.ToolSource != nil {
+		var more []openai.ChatCompletionToolUnionParam
+		more, note = o.sourceTools()
+		// Clipped: steps run concurrently and share o.toolDefs.
+		defs = append(slices.Clip(defs), more...)
+	}
+	msgs, kept := o.conversation(in, note)
 	params := openai.ChatCompletionNewParams{Model: o.cfg.Model, Messages: msgs}
 	// parallel_tool_calls is not sent: some servers and models refuse it.
 	// When a model asks for several calls, the first runs; the model sees
 	// its result and asks again for what it still needs.
-	if len(o.toolDefs) > 0 {
-		params.Tools = o.toolDefs // an empty list is refused by some servers
+	if len(defs) > 0 {
+		params.Tools = defs // an empty list is refused by some servers
 	}
 	start := time.Now()
 	attempts := new(int)
@@ -187,6 +205,14 @@ func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (A
 		o.log.Warn("model request failed", "session", in.SessionID, "model", o.cfg.Model,
 			"took", time.Since(start).Round(time.Millisecond), "err", err)
 		return Action{}, err
+	}
+	if c := act.Call; c != nil {
+		// The call carries its tool's declaration, so that it is kept
+		// with the pending call: after a crash the tool's source may not
+		// offer it (yet), and the call is still known to be idempotent.
+		if t, ok := o.Tool(c.Name); ok {
+			c.Idempotent, c.Sensitive, c.Approval = t.Idempotent, t.Sensitive, t.Approval
+		}
 	}
 	o.log.Debug("model step", "session", in.SessionID, "model", o.cfg.Model, "messages", len(msgs),
 		"history_kept", kept, "history", len(in.History), "tool_call", act.Call != nil,

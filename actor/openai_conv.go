@@ -14,8 +14,10 @@ import (
 // prompt, the newest History entries that fit MaxHistoryBytes, the user
 // entry and this turn's tool steps. What is left out is described in the
 // system message (TurnInput.Summary and how many entries the budget
-// dropped). It returns the messages and how many History entries it kept.
-func (o *OpenAI) conversation(in TurnInput) ([]openai.ChatCompletionMessageParamUnion, int) {
+// dropped), and so is note (the tool source's word on tools it cannot
+// offer now). It returns the messages and how many History entries it
+// kept.
+func (o *OpenAI) conversation(in TurnInput, note string) ([]openai.ChatCompletionMessageParamUnion, int) {
 	args := callArgsByID(in.History, in.Steps)
 	keep := historySuffix(in.History, args, o.cfg.MaxHistoryBytes)
 	dropped := len(in.History) - len(keep)
@@ -31,6 +33,9 @@ func (o *OpenAI) conversation(in TurnInput) ([]openai.ChatCompletionMessageParam
 		if dropped > 0 {
 			system += fmt.Sprintf(" A further %d earlier entries were left out to fit the history budget.", dropped)
 		}
+	}
+	if note != "" {
+		system += "\n\n" + note
 	}
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(system)}
 	for _, e := range keep {

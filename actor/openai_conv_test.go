@@ -104,7 +104,7 @@ func TestOpenAIConversationFromLog(t *testing.T) {
 		Steps: []wal.Entry{{Seq: 9, Role: RoleTool, Content: "2025-06-01T12:00:00Z",
 			Metadata: map[string]any{"call_id": "call-8", "name": "get_time", "status": ToolCompleted}}},
 	}
-	msgs, kept := e.conversation(in)
+	msgs, kept := e.conversation(in, "")
 	if kept != len(in.History) {
 		t.Fatalf("kept %d", kept)
 	}

@@ -23,6 +23,20 @@ type OpenAITool struct {
 	Parameters map[string]any
 }
 
+// OpenAIToolSource offers the openai engine tools that may change while
+// it runs: MCP servers' tools (package actor/mcptools). Every step of
+// every session asks it, concurrently.
+type OpenAIToolSource interface {
+	// OpenAITools returns the tools to offer the model now and, when some
+	// cannot be offered (a server that cannot be reached), a sentence that
+	// tells the model so, for the system prompt ("" when all can).
+	OpenAITools() (tools []OpenAITool, note string)
+	// OpenAITool returns the named tool: one OpenAITools offers, or one it
+	// has left out since (a call asked for earlier, or one a crash cut
+	// short, then fails with a reason rather than as an unknown tool).
+	OpenAITool(name string) (OpenAITool, bool)
+}
+
 // BuiltinToolsConfig configures the built-in tools.
 type BuiltinToolsConfig struct {
 	// SearchDelay is how long a search takes (it reports progress three
@@ -32,9 +46,10 @@ type BuiltinToolsConfig struct {
 	Now func() time.Time
 }
 
-// BuiltinTools are tools that run locally without a network, so that a
-// real model's tool calls can be shown end to end: `search` (slow,
-// idempotent, answering with placeholder results) and `get_time`.
+// BuiltinTools are demo placeholders that run locally without a network,
+// so that a real model's tool calls can be shown end to end: `search`
+// (slow, idempotent, answering with canned placeholder results) and
+// `get_time`. Real tools come from MCP servers (OpenAIConfig.ToolSource).
 func BuiltinTools(cfg BuiltinToolsConfig) []OpenAITool {
 	if cfg.SearchDelay <= 0 {
 		cfg.SearchDelay = 2 * time.Second
@@ -136,14 +151,36 @@ func toolParams(tools []OpenAITool) (map[string]OpenAITool, []openai.ChatComplet
 			return nil, nil, fmt.Errorf("actor: tool %q is offered twice", t.Name)
 		}
 		byName[t.Name] = t
-		fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: t.Parameters}
-		if t.Parameters == nil {
-			fn.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
-		}
-		if t.Description != "" {
-			fn.Description = openai.String(t.Description)
-		}
-		defs = append(defs, openai.ChatCompletionFunctionTool(fn))
+		defs = append(defs, toolDef(t))
 	}
 	return byName, defs, nil
+}
+
+// toolDef is what the model is told about t.
+func toolDef(t OpenAITool) openai.ChatCompletionToolUnionParam {
+	fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: t.Parameters}
+	if t.Parameters == nil {
+		fn.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	if t.Description != "" {
+		fn.Description = openai.String(t.Description)
+	}
+	return openai.ChatCompletionFunctionTool(fn)
+}
+
+// sourceTools are src's tools now, as declarations, less those whose
+// name a built-in tool has or that are malformed (a source should make
+// neither; a built-in keeps its name, so the model's calls stay what
+// they were), and the source's note for the model.
+func (o *OpenAI) sourceTools() ([]openai.ChatCompletionToolUnionParam, string) {
+	tools, note := o.cfg.ToolSource.OpenAITools()
+	defs := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	for _, t := range tools {
+		if _, builtin := o.tools[t.Name]; builtin || !toolNameRE.MatchString(t.Name) || t.Run == nil {
+			o.log.Debug("tool source: tool left out", "tool", t.Name)
+			continue
+		}
+		defs = append(defs, toolDef(t))
+	}
+	return defs, note
 }

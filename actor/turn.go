@@ -182,7 +182,7 @@ func (s *Session) action(ev evAction, now time.Time) {
 		e := s.toolEntry(c, ToolStarted, "", now)
 		c.StartedSeq = e.Seq
 		st.Steps = append(st.Steps, e.Seq)
-		if call.Approval {
+		if t, ok := s.cfg.Tool(c.Name); call.Approval || ok && t.Approval {
 			// No approvals yet (the awaiting_approval state): the call is
 			// logged with its outcome at once and never run.
 			f := s.toolEntry(c, ToolFailed, ErrNeedsApproval, now)

@@ -41,6 +41,13 @@ func (f *flags) Parse(args []string) error {
 			}
 		}
 	}
+	for _, b := range f.bound {
+		if fl := f.Lookup(b[0]); fl == nil {
+			continue
+		} else if l, ok := fl.Value.(*listFlag); ok {
+			l.fromEnv = len(l.vals) > 0
+		}
+	}
 	err := f.FlagSet.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -75,4 +82,32 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// listFlag is a repeatable flag: each use adds values, split at sep. What
+// its environment variable gave is replaced by the first use on the
+// command line, so that there too a flag wins over the environment.
+type listFlag struct {
+	sep     string
+	vals    []string
+	fromEnv bool // vals are the environment's, until the first flag
+}
+
+func (l *listFlag) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(l.vals, l.sep)
+}
+
+func (l *listFlag) Set(v string) error {
+	if l.fromEnv {
+		l.vals, l.fromEnv = nil, false
+	}
+	for _, s := range strings.Split(v, l.sep) {
+		if s = strings.TrimSpace(s); s != "" {
+			l.vals = append(l.vals, s)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,7 @@ type openaiFlags struct {
 }
 
 func (o *openaiFlags) bind(fs *flags) {
-	fs.StringVar(&o.baseURL, "openai-base-url", "", "OpenAI-compatible API for --agent openai, e.g. http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8080/v1 (llama-server); its tools are demo placeholders: search (canned results) and get_time")
+	fs.StringVar(&o.baseURL, "openai-base-url", "", "OpenAI-compatible API for --agent openai, e.g. http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8080/v1 (llama-server); its own tools are demo placeholders, search (canned results) and get_time; real tools come from --mcp")
 	fs.bind("openai-base-url", envName("openai-base-url"))
 	fs.StringVar(&o.model, "openai-model", "", "model name for --agent openai")
 	fs.bind("openai-model", envName("openai-model"))
@@ -53,15 +54,26 @@ func (o *openaiFlags) check() error {
 	return nil
 }
 
-// engine builds the openai engine; its search tool takes searchDelay.
-func (o *openaiFlags) engine(searchDelay time.Duration, logger *slog.Logger) (*actor.OpenAI, error) {
-	e, err := actor.NewOpenAI(actor.OpenAIConfig{
-		BaseURL: o.baseURL, Model: o.model, APIKey: o.key, MaxHistoryBytes: o.maxHistory, Timeout: o.timeout,
-		Tools:  actor.BuiltinTools(actor.BuiltinToolsConfig{SearchDelay: searchDelay}),
-		Logger: logger,
-	})
+// engine builds the openai engine, with the demo placeholder tools (its
+// search takes searchDelay) and the tools of mcp's servers; stop stops
+// both.
+func (o *openaiFlags) engine(ctx context.Context, searchDelay time.Duration, mcp *mcpFlags, logger *slog.Logger) (e *actor.OpenAI, stop func(), err error) {
+	builtin := actor.BuiltinTools(actor.BuiltinToolsConfig{SearchDelay: searchDelay})
+	set, err := mcp.toolSet(ctx, builtin, logger)
 	if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, nil, err
+	}
+	cfg := actor.OpenAIConfig{
+		BaseURL: o.baseURL, Model: o.model, APIKey: o.key, MaxHistoryBytes: o.maxHistory, Timeout: o.timeout,
+		Tools: builtin, Logger: logger,
+	}
+	stopTools := func() {}
+	if set != nil {
+		cfg.ToolSource, stopTools = set, func() { set.Close() }
+	}
+	if e, err = actor.NewOpenAI(cfg); err != nil {
+		stopTools()
+		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
 	u, _ := url.Parse(o.baseURL)
 	logger.Info("openai engine", "base_url", u.Redacted(), "model", o.model, "api_key_set", o.key != "",
@@ -69,5 +81,8 @@ func (o *openaiFlags) engine(searchDelay time.Duration, logger *slog.Logger) (*a
 	if o.key != "" && os.Getenv(keyEnv) != o.key {
 		logger.Warn("the API key was given with --openai-key, which other local users can see in ps; set " + keyEnv + " instead")
 	}
-	return e, nil
+	if len(mcp.headers.vals) > 0 && !mcp.headers.fromEnv {
+		logger.Warn("MCP headers were given with --mcp-header, which other local users can see in ps; set " + envName("mcp-header") + " instead")
+	}
+	return e, func() { e.Close(); stopTools() }, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,14 +72,22 @@ func TestServeOpenAIFlags(t *testing.T) {
 }
 
 // fakeChat is a minimal OpenAI-compatible server: the first step of a
-// turn calls get_time, the step after the tool result answers.
+// turn calls the tool pick names for the user's message (get_time for
+// newFakeChat), the step after the tool result answers "It is <result>.".
+// It keeps what the latest request declared and its system prompt.
 type fakeChat struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	n   int
+	srv    *httptest.Server
+	mu     sync.Mutex
+	n      int
+	tools  []string
+	system string
 }
 
 func newFakeChat(t *testing.T) *fakeChat {
+	return newFakeChatTools(t, func(string) string { return "get_time" })
+}
+
+func newFakeChatTools(t *testing.T, pick func(user string) string) *fakeChat {
 	f := &fakeChat{}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -86,22 +95,35 @@ func newFakeChat(t *testing.T) *fakeChat {
 				Role    string `json:"role"`
 				Content any    `json:"content"`
 			} `json:"messages"`
+			Tools []struct {
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			} `json:"tools"`
 		}
-		if r.Header.Get("Authorization") != "Bearer "+openaiTestKey || json.NewDecoder(r.Body).Decode(&body) != nil {
+		if r.Header.Get("Authorization") != "Bearer "+openaiTestKey || json.NewDecoder(r.Body).Decode(&body) != nil || len(body.Messages) == 0 {
 			http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
 			return
 		}
 		f.mu.Lock()
 		f.n++
+		f.tools = f.tools[:0]
+		for _, tl := range body.Tools {
+			f.tools = append(f.tools, tl.Function.Name)
+		}
+		f.system, _ = body.Messages[0].Content.(string)
 		f.mu.Unlock()
-		delta := map[string]any{"tool_calls": []any{map[string]any{
-			"index": 0, "id": "c1", "type": "function", "function": map[string]any{"name": "get_time", "arguments": "{}"},
-		}}}
+		// The last message decides: earlier turns' tool results are history.
+		last := body.Messages[len(body.Messages)-1]
+		var delta map[string]any
 		finish := "tool_calls"
-		for _, m := range body.Messages {
-			if m.Role == "tool" {
-				delta, finish = map[string]any{"content": fmt.Sprintf("It is %v.", m.Content)}, "stop"
-			}
+		if last.Role == "tool" {
+			delta, finish = map[string]any{"content": fmt.Sprintf("It is %v.", last.Content)}, "stop"
+		} else {
+			user, _ := last.Content.(string)
+			delta = map[string]any{"tool_calls": []any{map[string]any{
+				"index": 0, "id": "c1", "type": "function", "function": map[string]any{"name": pick(user), "arguments": "{}"},
+			}}}
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, c := range []map[string]any{
@@ -115,6 +137,13 @@ func newFakeChat(t *testing.T) *fakeChat {
 	}))
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// seen is what the latest request declared, and its system prompt.
+func (f *fakeChat) seen() ([]string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.tools), f.system
 }
 
 // `tether serve --agent openai` answers through the model, running the

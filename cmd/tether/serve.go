@@ -42,6 +42,7 @@ type serveConfig struct {
 	devTokens, devTokensAnywhere                      bool
 	demo                                              actor.DemoConfig
 	openai                                            openaiFlags
+	mcp                                               mcpFlags
 	agentHTTP                                         agentFlags
 }
 
@@ -105,7 +106,7 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	str(&c.linkCA, "cluster-ca", "", "PEM CA certificates every node's --cluster-cert must chain to")
 	fs.Float64Var(&c.rate, "rate", 50, "client frames per second per connection, bursts of 2x (0: no limit)")
 	fs.bind("rate", envName("rate"))
-	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai|http (openai: a model with placeholder demo tools; http: your own agent behind --agent-url)")
+	str(&c.agent, "agent", "echo", "agent engine: echo|demo|openai|http (openai: a model, with placeholder demo tools and the tools of --mcp servers; http: your own agent behind --agent-url)")
 	fs.BoolVar(&c.devTokens, "dev-tokens", false, "enable POST /dev/token (loopback --listen only)")
 	fs.bind("dev-tokens", envName("dev-tokens"))
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
@@ -116,6 +117,7 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes (openai's is a placeholder with canned results)")
 	fs.BoolVar(&c.demo.SearchIdempotent, "demo-search-idempotent", false, "declare the demo search tool idempotent (re-run after a crash instead of failing)")
 	c.openai.bind(fs)
+	c.mcp.bind(fs)
 	c.agentHTTP.bind(fs)
 	str(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	str(&c.logFormat, "log-format", "text", "text|json")
@@ -145,6 +147,8 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("serve: unknown --agent %q (echo|demo|openai|http)", c.agent)
 	case c.agent == "openai" && c.openai.check() != nil:
 		return c.openai.check()
+	case c.agent != "openai" && len(c.mcp.servers.vals)+len(c.mcp.headers.vals) > 0:
+		return fmt.Errorf("serve: --mcp and --mcp-header are for --agent openai (not %s)", c.agent)
 	case c.agent == "http" && c.agentHTTP.check() != nil:
 		return c.agentHTTP.check()
 	case c.logFormat != "text" && c.logFormat != "json":
@@ -161,6 +165,9 @@ func (c *serveConfig) check() error {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return fmt.Errorf("serve: unknown --log-level %q (debug|info|warn|error)", c.logLevel)
+	}
+	if _, err := c.mcp.config(); err != nil {
+		return err
 	}
 	if c.clusterSecret == "" && !loopback(c.gossip) {
 		return fmt.Errorf("serve: --gossip %s is not a loopback address: set --cluster-secret (or TETHER_CLUSTER_SECRET)", c.gossip)
@@ -216,11 +223,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		engine = actor.NewDemo(c.demo)
 	}
 	if c.agent == "openai" {
-		oe, err := c.openai.engine(c.demo.SearchDelay, logger)
+		oe, closeEngine, err := c.openai.engine(ctx, c.demo.SearchDelay, &c.mcp, logger)
 		if err != nil {
 			return err
 		}
-		defer oe.Close()
+		defer closeEngine()
 		engine = oe
 	}
 	if c.agent == "http" {
