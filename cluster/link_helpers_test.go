@@ -36,11 +36,17 @@ func startLink(t testing.TB, addr string, cfg LinkConfig) *linkNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveLink(t, l, ln, ln.Addr().String())
+}
+
+// serveLink serves l's Handler on ln (the link's address being addr) until
+// the test ends.
+func serveLink(t testing.TB, l *Link, ln net.Listener, addr string) *linkNode {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/link", l.Handler())
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: mux}}
 	srv.Start()
-	n := &linkNode{Link: l, srv: srv, addr: ln.Addr().String()}
+	n := &linkNode{Link: l, srv: srv, addr: addr}
 	t.Cleanup(n.stop)
 	return n
 }

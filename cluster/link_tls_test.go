@@ -7,8 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -41,13 +39,7 @@ func startLinkWith(t testing.TB, lt *LinkTLS, cfg LinkConfig) *linkNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/link", l.Handler())
-	srv := &httptest.Server{Listener: tlsHidden{ln, lt.Server}, Config: &http.Server{Handler: mux}}
-	srv.Start()
-	n := &linkNode{Link: l, srv: srv, addr: ln.Addr().String()}
-	t.Cleanup(n.stop)
-	return n
+	return serveLink(t, l, tlsHidden{ln, lt.Server}, ln.Addr().String())
 }
 
 // tlsHidden handshakes each connection with cfg and hands it to net/http
