@@ -253,9 +253,8 @@ func (a *actor) fail(err error) {
 		// Another node owns the session now (it fenced this one): step
 		// down, and send the client there.
 		a.reg.log.Warn("session owned elsewhere; stepping down", "session", a.sid, "err", err)
-		if c := a.s.conn; c != nil {
+		for _, c := range a.s.DropConns() {
 			c.Close(CloseShutdown, "the session moved to another node; reconnect")
-			a.s.conn = nil
 		}
 		a.stopping = true
 		return
@@ -270,10 +269,11 @@ func (a *actor) fail(err error) {
 	} else {
 		a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
 	}
-	if c := a.s.conn; c != nil {
-		c.Deliver(&ErrorOut{Code: code, Message: msg})
-		c.Close(reason, text)
-		a.s.conn = nil
+	if conns := a.s.DropConns(); len(conns) > 0 {
+		for _, c := range conns {
+			c.Deliver(&ErrorOut{Code: code, Message: msg})
+			c.Close(reason, text)
+		}
 		a.reg.interruptLater(a.sid)
 	}
 	a.stopping = true

@@ -84,36 +84,6 @@ func TestCallRunnerRunsCalls(t *testing.T) {
 	}
 }
 
-// A call that asks for an approval is logged started and failed at once,
-// never run, and the turn goes on.
-func TestCallNeedsApproval(t *testing.T) {
-	eng := newCallEngine()
-	e := newEnv(t, func(c *Config) { c.Engine = eng })
-	c := newRecConn("c")
-	h := e.create("s", "alice", c)
-	if err := h.Send(t.Context(), "q", "approve a transfer", nil); err != nil {
-		t.Fatal(err)
-	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	started := expect[*EntryOut](t, c).Entry
-	failed := expect[*EntryOut](t, c).Entry
-	reply := expect[*EntryOut](t, c).Entry
-	if mdString(started, "status") != ToolStarted || mdString(failed, "status") != ToolFailed ||
-		failed.Content != ErrNeedsApproval || mdString(failed, "call_id") != mdString(started, "call_id") {
-		t.Fatalf("call logged as %+v / %+v", started, failed)
-	}
-	if reply.Role != RoleAgent || !strings.Contains(reply.Content, ErrNeedsApproval) {
-		t.Fatalf("reply %+v", reply)
-	}
-	if n := eng.g.runs.Load(); n != 0 || len(eng.callsSeen()) != 0 {
-		t.Fatalf("a call needing approval ran %d times", n)
-	}
-	if st, _ := decodeState(e.header("s").State); st.Pending != nil || len(st.Turns) != 0 {
-		t.Fatalf("state = %+v", st)
-	}
-}
-
 // The per-call declaration outlives the process: after a restart a call
 // declared idempotent runs again (same call id, attempt 1); one not
 // declared so is logged failed "interrupted".

@@ -232,7 +232,7 @@ func (e *gatedEngine) Next(ctx context.Context, in TurnInput) (Action, error) {
 		return Action{Call: &Call{Name: "search", Args: map[string]any{"query": text}}}, nil
 	}
 	last := in.Steps[len(in.Steps)-1]
-	if mdString(last, "status") == ToolFailed {
+	if st := mdString(last, "status"); st == ToolFailed || st == ToolDenied {
 		return Action{Reply: fmt.Sprintf("the %s did not finish (%s)", mdString(last, "name"), last.Content)}, nil
 	}
 	return Action{Reply: fmt.Sprintf("about %q: %s", text, last.Content), AgentContext: map[string]any{"last": text}}, nil

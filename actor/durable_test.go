@@ -237,6 +237,8 @@ func TestEveryEventAndEffectHandled(t *testing.T) {
 		"evShutdown":     func(*Session, Conn) Event { return evShutdown{} },
 		"evPart":         func(s *Session, _ Conn) Event { return evPart{step: s.step, text: "p"} },
 		"evFlush":        func(*Session, Conn) Event { return evFlush{} },
+		"evCancel":       func(_ *Session, c Conn) Event { return evCancel{conn: c} },
+		"evApprove":      func(_ *Session, c Conn) Event { return evApprove{conn: c, callID: "call-2", approved: true} },
 	}
 	for name, ev := range events {
 		s, c := withCall()

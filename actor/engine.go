@@ -118,20 +118,16 @@ type Call struct {
 	// Sensitive: running the call marks the session sensitive.
 	Sensitive bool
 	// Approval: the call must be approved by the user before it runs.
-	// Approvals are not supported yet: such a call is logged started and
-	// at once failed with ErrNeedsApproval's text, and never run.
+	// It is logged awaiting_approval and the turn waits, in the log, for
+	// an approve (PROTOCOL.md); a denied call never runs, and the next
+	// step sees its denied entry.
 	Approval bool
 }
-
-// ErrNeedsApproval is the result logged for a call that asked for an
-// approval, which this version does not support.
-const ErrNeedsApproval = "needs approval, not supported yet"
 
 // Tool is something an agent can run. Idempotent tools may be run again
 // when a crash left their call unfinished; others are logged as failed.
 // Running a Sensitive tool marks the session sensitive. An Approval tool
-// must be approved by the user before each run; as Call.Approval says,
-// that is not supported yet, so its calls are refused and never run.
+// must be approved by the user before each run, as Call.Approval says.
 type Tool struct {
 	Name       string
 	Idempotent bool
@@ -170,8 +166,9 @@ type DemoConfig struct {
 	StreamDelay time.Duration
 }
 
-// Demo answers through a slow `search` tool, and through a `payment` tool
-// (declared sensitive) when the message mentions paying. It counts tool
+// Demo answers through a slow `search` tool, through a `payment` tool
+// (declared sensitive) when the message mentions paying, and through a
+// `booking` tool that needs the user's approval when it mentions booking. It counts tool
 // runs so tests can prove a call ran once.
 type Demo struct {
 	cfg  DemoConfig
@@ -206,18 +203,27 @@ func (d *Demo) count(name string) {
 func (d *Demo) Next(_ context.Context, in TurnInput) (Action, error) {
 	text := in.User.Content
 	if len(in.Steps) == 0 {
-		if strings.Contains(strings.ToLower(text), "pay") {
+		switch lower := strings.ToLower(text); {
+		case strings.Contains(lower, "book"):
+			return Action{Call: &Call{Name: "booking", Args: map[string]any{"request": text}}}, nil
+		case strings.Contains(lower, "pay"):
 			return Action{Call: &Call{Name: "payment", Args: map[string]any{"memo": text}}}, nil
 		}
 		return Action{Call: &Call{Name: "search", Args: map[string]any{"query": text}}}, nil
 	}
 	last := in.Steps[len(in.Steps)-1]
 	name, _ := last.Metadata["name"].(string)
-	if status, _ := last.Metadata["status"].(string); status == "failed" {
+	switch status, _ := last.Metadata["status"].(string); status {
+	case ToolFailed:
 		return Action{Reply: fmt.Sprintf("The %s for %q did not finish (%s); ask again if you still need it.", name, text, last.Content)}, nil
+	case ToolDenied:
+		return Action{Reply: fmt.Sprintf("You declined the %s, so nothing was done for %q.", name, text)}, nil
 	}
-	if name == "payment" {
+	switch name {
+	case "payment":
 		return Action{Reply: "Payment done: " + last.Content}, nil
+	case "booking":
+		return Action{Reply: "Booked: " + last.Content}, nil
 	}
 	return Action{
 		Reply:        fmt.Sprintf("I searched for %q. %s", text, last.Content),
@@ -247,9 +253,11 @@ func (d *Demo) Stream(ctx context.Context, in TurnInput, part func(string)) (Act
 	return act, nil
 }
 
-// Tool returns search or payment.
+// Tool returns search, payment or booking.
 func (d *Demo) Tool(name string) (Tool, bool) {
 	switch name {
+	case "booking":
+		return Tool{Name: name, Approval: true, Run: d.booking}, true
 	case "search":
 		return Tool{Name: name, Idempotent: d.cfg.SearchIdempotent, Run: d.search}, true
 	case "payment":
@@ -271,6 +279,17 @@ func (d *Demo) search(ctx context.Context, args map[string]any, progress func(st
 		progress(fmt.Sprintf("searched %d of %d sources", i, sources))
 	}
 	return fmt.Sprintf("Found %d results for %q.", sources, q), nil
+}
+
+func (d *Demo) booking(ctx context.Context, args map[string]any, _ func(string)) (string, error) {
+	d.count("booking")
+	req, _ := args["request"].(string)
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(d.cfg.SearchDelay / 3):
+	}
+	return fmt.Sprintf("confirmation for %q", req), nil
 }
 
 func (d *Demo) payment(ctx context.Context, args map[string]any, _ func(string)) (string, error) {

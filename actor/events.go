@@ -22,7 +22,9 @@ type (
 		authTime  time.Time
 		stream    *StreamMark
 		newReason string
-		reply     chan<- opened // capacity 1
+		// shared keeps the connections already attached.
+		shared bool
+		reply  chan<- opened // capacity 1
 	}
 	evDetach struct{ conn Conn }
 	evSend   struct {
@@ -30,6 +32,19 @@ type (
 		id       string
 		content  string
 		metadata map[string]any
+		// interrupt cancels the running turn before this send's.
+		interrupt bool
+	}
+	// evCancel stops the turn answering replyTo (0: the running one).
+	evCancel struct {
+		conn    Conn
+		replyTo uint64
+	}
+	// evApprove is the user's decision on a call awaiting approval.
+	evApprove struct {
+		conn     Conn
+		callID   string
+		approved bool
 	}
 	// evSendChecked: the store said whether a send id the filters may
 	// hold is really an old one.
@@ -84,6 +99,8 @@ func (evAttach) isEvent()       {}
 func (evDetach) isEvent()       {}
 func (evSend) isEvent()         {}
 func (evSendChecked) isEvent()  {}
+func (evCancel) isEvent()       {}
+func (evApprove) isEvent()      {}
 func (evContext) isEvent()      {}
 func (evComplete) isEvent()     {}
 func (evHistory) isEvent()      {}

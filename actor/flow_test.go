@@ -226,8 +226,8 @@ func TestResumeCancelledWhileQueued(t *testing.T) {
 	e.waitStatus("s", wal.StatusInterrupted)
 	e.settle("s")
 	e.inspect("s", func(a *actor) {
-		if a.s.conn != nil {
-			t.Errorf("conn %v still attached", a.s.conn)
+		if len(a.s.conns) != 0 {
+			t.Errorf("conns %v still attached", a.s.conns)
 		}
 	})
 }

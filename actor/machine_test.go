@@ -3,6 +3,7 @@ package actor
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ var machineTools = map[string]Tool{
 func machineConfig() sessionConfig {
 	return sessionConfig{
 		Window: testWindow, IdleTimeout: testIdle, ReauthMaxAge: testReauth,
-		MaxTurns: 4, MaxContextBytes: 1024, TailEntries: 8, TailBytes: 1 << 20,
+		MaxTurns: 4, MaxConns: 2, MaxContextBytes: 1024, TailEntries: 8, TailBytes: 1 << 20,
 		Tool: func(name string) (Tool, bool) { t, ok := machineTools[name]; return t, ok },
 	}
 }
@@ -140,7 +141,7 @@ func TestSessionDetachResume(t *testing.T) {
 	if o := effs[3].(effOpened); o.res.reason != ReasonResumed || o.res.err != nil {
 		t.Fatalf("opened = %+v", o)
 	}
-	if h := s.Header(); h.Status != wal.StatusActive || !h.ExpiresAt.IsZero() || !h.InterruptedAt.IsZero() || s.conn != c2 {
+	if h := s.Header(); h.Status != wal.StatusActive || !h.ExpiresAt.IsZero() || !h.InterruptedAt.IsZero() || !slices.Equal(s.conns, []Conn{c2}) {
 		t.Fatalf("after resume: %+v", h)
 	}
 }
@@ -153,8 +154,8 @@ func TestSessionSupersede(t *testing.T) {
 	if cl := effs[0].(effClose); cl.conn != c1 || cl.why != CloseSuperseded {
 		t.Fatalf("close = %+v", cl)
 	}
-	if d := effs[2].(effDeliver); d.conn != c2 || s.conn != c2 {
-		t.Fatalf("session frame went to %v; attached %v", d.conn, s.conn)
+	if d := effs[2].(effDeliver); d.conn != c2 || !slices.Equal(s.conns, []Conn{c2}) {
+		t.Fatalf("session frame went to %v; attached %v", d.conn, s.conns)
 	}
 	s.Step(t0, evAppended{id: effs[1].(effAppend).id})
 	before := s.Header()
@@ -171,7 +172,7 @@ func TestSessionSupersede(t *testing.T) {
 			t.Fatalf("%T from a superseded conn: %v", ev, effTypes(effs))
 		}
 	}
-	if s.conn != c2 || !reflect.DeepEqual(s.Header(), before) {
+	if !slices.Equal(s.conns, []Conn{c2}) || !reflect.DeepEqual(s.Header(), before) {
 		t.Fatalf("a superseded conn changed the session: %+v", s.Header())
 	}
 	// Attaching the same conn again does not close it.
@@ -223,8 +224,8 @@ func TestSessionAttachRefusals(t *testing.T) {
 			} else if !errors.Is(res.err, tc.err) {
 				t.Fatalf("err = %v, want %v", res.err, tc.err)
 			}
-			if !reflect.DeepEqual(s.Header(), before) || s.conn != nil || s.nextID != 0 {
-				t.Fatalf("a refused attach changed the session: %+v conn %v", s.Header(), s.conn)
+			if !reflect.DeepEqual(s.Header(), before) || len(s.conns) != 0 || s.nextID != 0 {
+				t.Fatalf("a refused attach changed the session: %+v conn %v", s.Header(), s.conns)
 			}
 		})
 	}
@@ -241,7 +242,7 @@ func TestSessionRefusalKeepsAttachedConn(t *testing.T) {
 	} {
 		effs := s.Step(t0, ev)
 		wantTypes(t, "refused attach", effs, effOpened{})
-		if s.conn != c1 || !reflect.DeepEqual(s.Header(), before) {
+		if !slices.Equal(s.conns, []Conn{c1}) || !reflect.DeepEqual(s.Header(), before) {
 			t.Fatalf("refused attach by %v changed the session", ev.conn)
 		}
 	}
@@ -265,8 +266,8 @@ func TestSessionAttachAfterWindow(t *testing.T) {
 		if st := effs[0].(effStatus); st.status != wal.StatusExpired || st.userID != "alice" {
 			t.Fatalf("status = %+v", st)
 		}
-		if s.Header().Status != wal.StatusExpired || s.conn != nil {
-			t.Fatalf("status %s conn %v", s.Header().Status, s.conn)
+		if s.Header().Status != wal.StatusExpired || len(s.conns) != 0 {
+			t.Fatalf("status %s conn %v", s.Header().Status, s.conns)
 		}
 	}
 }

@@ -21,6 +21,9 @@ type ResumeRequest struct {
 	// that will become entry Seq: it gets only the parts after those.
 	Stream *StreamMark
 	Conn   Conn
+	// Shared keeps the connections already attached (attach "shared"):
+	// all of them get every entry and delta. At most Config.MaxConns.
+	Shared bool
 }
 
 // StreamMark is a hello's note of a reply the client holds in part.
@@ -82,7 +85,7 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 	if err := MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
 		return nil, err
 	}
-	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime, stream: req.Stream}
+	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime, stream: req.Stream, shared: req.Shared}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
 		if errors.Is(err, wal.ErrNotFound) {
@@ -190,6 +193,22 @@ func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (opened, e
 // Send queues a client send. metadata may be nil.
 func (h *Handle) Send(ctx context.Context, id, content string, metadata map[string]any) error {
 	return h.a.postWait(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata})
+}
+
+// Interrupt is Send with interrupt: the running turn is cancelled, then
+// this message is answered with everything so far.
+func (h *Handle) Interrupt(ctx context.Context, id, content string, metadata map[string]any) error {
+	return h.a.postWait(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata, interrupt: true})
+}
+
+// Cancel stops the turn answering user entry replyTo (0: the one running).
+func (h *Handle) Cancel(ctx context.Context, replyTo uint64) error {
+	return h.a.postWait(ctx, evCancel{conn: h.conn, replyTo: replyTo})
+}
+
+// Approve decides on the tool call callID, which awaits approval.
+func (h *Handle) Approve(ctx context.Context, callID string, approved bool) error {
+	return h.a.postWait(ctx, evApprove{conn: h.conn, callID: callID, approved: approved})
 }
 
 // History asks for up to limit entries before seq before (0: the end).

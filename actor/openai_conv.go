@@ -70,7 +70,7 @@ func entryCost(e wal.Entry, args map[string]string) int {
 	switch {
 	case e.Role == RoleSystem:
 		return 0 // not sent
-	case e.Role == RoleTool && mdStr(e, "status") == ToolStarted:
+	case e.Role == RoleTool && !toolOutcome(mdStr(e, "status")):
 		return 0 // sent with its result
 	case e.Role == RoleTool:
 		return overhead*2 + len(e.Content) + len(mdStr(e, "name")) + len(args[mdStr(e, "call_id")])
@@ -94,7 +94,7 @@ func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionM
 		return []openai.ChatCompletionMessageParamUnion{openai.AssistantMessage(e.Content)}
 	case RoleTool:
 		status := mdStr(e, "status")
-		if status == ToolStarted {
+		if !toolOutcome(status) {
 			return nil
 		}
 		id := toolCallID(e)
@@ -113,8 +113,11 @@ func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionM
 			}},
 		}
 		result := e.Content
-		if status == ToolFailed {
+		switch status {
+		case ToolFailed:
 			result = "The tool call failed: " + result
+		case ToolDenied:
+			result = "The user denied this tool call; it did not run."
 		}
 		return []openai.ChatCompletionMessageParamUnion{
 			{OfAssistant: &call},
@@ -122,6 +125,12 @@ func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionM
 		}
 	}
 	return nil
+}
+
+// toolOutcome reports whether a tool entry with this status ends its
+// call (completed, failed, denied): the one a call is rendered at.
+func toolOutcome(status string) bool {
+	return status == ToolCompleted || status == ToolFailed || status == ToolDenied
 }
 
 // toolCallID is the id a call and its result share in a request: the
@@ -140,7 +149,7 @@ func callArgsByID(lists ...[]wal.Entry) map[string]string {
 	out := make(map[string]string)
 	for _, list := range lists {
 		for _, e := range list {
-			if e.Role != RoleTool || mdStr(e, "status") != ToolStarted {
+			if st := mdStr(e, "status"); e.Role != RoleTool || st != ToolStarted && st != ToolAwaitingApproval {
 				continue
 			}
 			b, err := json.Marshal(jsonable(e.Metadata["args"]))

@@ -61,6 +61,10 @@ type Config struct {
 	// MaxTurns caps the user messages waiting for the agent in one
 	// session; a send beyond it is refused (rate_limited). Default 64.
 	MaxTurns int
+	// MaxConns caps the connections that share one session (a hello
+	// with attach "shared"); one more is refused with ErrTooManyConns.
+	// Default 8, as PROTOCOL.md says.
+	MaxConns int
 	// MaxContextBytes caps a session's user context; a context frame that
 	// would grow it beyond is refused (too_large). Default 64 KiB.
 	MaxContextBytes int
@@ -134,6 +138,7 @@ func (c *Config) setDefaults() error {
 	defInt(&c.TailEntries, max(c.ReplayLimit, 64))
 	defInt(&c.TailBytes, 256<<10)
 	defInt(&c.MaxTurns, 64)
+	defInt(&c.MaxConns, 8)
 	defInt(&c.MaxContextBytes, 64<<10)
 	if c.MaxSessionsPerUser == 0 {
 		c.MaxSessionsPerUser = 100
@@ -282,7 +287,7 @@ func (r *Registry) NewID() string { return r.cfg.NewID() }
 func (r *Registry) sessionConfig() sessionConfig {
 	sc := sessionConfig{
 		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
-		MaxTurns: r.cfg.MaxTurns, MaxContextBytes: r.cfg.MaxContextBytes,
+		MaxTurns: r.cfg.MaxTurns, MaxConns: r.cfg.MaxConns, MaxContextBytes: r.cfg.MaxContextBytes,
 		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
 		FlushInterval: max(r.cfg.FlushInterval, 0),
 	}

@@ -3,6 +3,7 @@ package actor
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/tether-dev/tether/wal"
@@ -22,12 +23,14 @@ import (
 // what is held is dropped and the actor stops; the next activation
 // rebuilds the session from the log.
 type Session struct {
-	cfg  sessionConfig
-	hdr  wal.Header // ahead of the log while appends are in flight
-	st   state
-	ctx  contexts
-	conn Conn // the one attached connection, or nil
-	busy bool // an engine step or a tool run is in flight
+	cfg sessionConfig
+	hdr wal.Header // ahead of the log while appends are in flight
+	st  state
+	ctx contexts
+	// conns are the attached connections, oldest first: one, or up to
+	// MaxConns that attached shared (PROTOCOL.md, attach "shared").
+	conns []Conn
+	busy  bool // an engine step or a tool run is in flight
 	// touch is the last client activity, for passivation.
 	touch time.Time
 
@@ -64,6 +67,8 @@ type sessionConfig struct {
 	Window, IdleTimeout, ReauthMaxAge time.Duration
 	// MaxTurns caps the user messages waiting for the agent.
 	MaxTurns int
+	// MaxConns caps the connections attached shared.
+	MaxConns int
 	// MaxContextBytes caps the user context (wal.ValueSize).
 	MaxContextBytes int
 	// TailEntries and TailBytes bound the in-memory tail.
@@ -123,26 +128,26 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 		s.detach(ev, now)
 	case evSend:
 		s.touch = now
-		if ev.conn == s.conn {
+		if s.attached(ev.conn) {
 			s.send(ev, now)
 		}
 	case evSendChecked:
-		if ev.send.conn == s.conn {
+		if s.attached(ev.send.conn) {
 			s.sendChecked(ev, now)
 		}
 	case evContext:
 		s.touch = now
-		if ev.conn == s.conn {
+		if s.attached(ev.conn) {
 			s.setContext(ev, now)
 		}
 	case evComplete:
 		s.touch = now
-		if ev.conn == s.conn {
+		if s.attached(ev.conn) {
 			s.complete(now)
 		}
 	case evHistory:
 		s.touch = now
-		if ev.conn == s.conn {
+		if s.attached(ev.conn) {
 			s.emit(effHistory(ev))
 		}
 	case evAction:
@@ -155,6 +160,16 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 		s.toolDone(ev, now)
 	case evToolProgress:
 		s.toolProgress(ev, now)
+	case evCancel:
+		s.touch = now
+		if s.attached(ev.conn) {
+			s.cancel(ev.replyTo, now)
+		}
+	case evApprove:
+		s.touch = now
+		if s.attached(ev.conn) {
+			s.approve(ev, now)
+		}
 	case evAppended:
 		s.appended(ev)
 	case evTick:
@@ -162,10 +177,7 @@ func (s *Session) Step(now time.Time, ev Event) []Effect {
 	case evShutdown:
 		s.now(effCancelTurn{})
 		s.reply = nil // not durable: the turn runs again on the next activation
-		if s.conn != nil {
-			s.emit(effClose{conn: s.conn, why: CloseShutdown, msg: "node shutting down"})
-			s.conn = nil
-		}
+		s.closeAll(CloseShutdown, "node shutting down")
 		s.emit(effStop{})
 	default:
 		s.fail(fmt.Errorf("actor: unknown event %T", ev))
@@ -205,11 +217,43 @@ func (s *Session) now(e Effect) {
 // the entries it delivers) in one allocation rather than three.
 const effectsCap = 4
 
-// deliver emits the delivery of out to the attached connection, if any.
+// deliver emits the delivery of out to every attached connection: what
+// the log and the reply show is the same for all of them.
 func (s *Session) deliver(out Out) {
-	if s.conn != nil {
-		s.emit(effDeliver{conn: s.conn, out: out})
+	for _, c := range s.conns {
+		s.emit(effDeliver{conn: c, out: out})
 	}
+}
+
+// deliverTo emits the delivery of out to one connection: the answer to
+// its own request (an ack, an error, its session frame).
+func (s *Session) deliverTo(c Conn, out Out) {
+	if c != nil {
+		s.emit(effDeliver{conn: c, out: out})
+	}
+}
+
+// attached reports whether c is one of the session's connections.
+func (s *Session) attached(c Conn) bool {
+	return c != nil && slices.Contains(s.conns, c)
+}
+
+// closeAll emits the close of every attached connection, which are then
+// no longer attached.
+func (s *Session) closeAll(why CloseReason, msg string) {
+	for _, c := range s.conns {
+		s.emit(effClose{conn: c, why: why, msg: msg})
+	}
+	s.conns = nil
+}
+
+// DropConns detaches every connection at once and returns them, for the
+// runner to close when it stops the actor without a Step (a storage
+// failure, a fence).
+func (s *Session) DropConns() []Conn {
+	c := s.conns
+	s.conns = nil
+	return c
 }
 
 func (s *Session) fail(err error) {
@@ -290,7 +334,7 @@ func (s *Session) appended(ev evAppended) {
 
 // idle reports whether nothing is in flight: no turn, no append.
 func (s *Session) idle() bool {
-	return !s.busy && s.completed == s.nextID
+	return (!s.busy || s.awaiting()) && s.completed == s.nextID
 }
 
 // Deadline is when the actor next needs an evTick: the end of the
@@ -300,7 +344,7 @@ func (s *Session) Deadline() time.Time {
 	if s.hdr.Status == wal.StatusInterrupted && !s.hdr.ExpiresAt.IsZero() {
 		d = s.hdr.ExpiresAt
 	}
-	if s.conn == nil && s.idle() && s.cfg.IdleTimeout > 0 {
+	if len(s.conns) == 0 && s.idle() && s.cfg.IdleTimeout > 0 {
 		if idle := s.touch.Add(s.cfg.IdleTimeout); d.IsZero() || idle.Before(d) {
 			d = idle
 		}
@@ -349,10 +393,19 @@ func (s *Session) attach(ev evAttach, now time.Time) {
 			return
 		}
 	}
-	if old := s.conn; old != nil && old != ev.conn {
-		s.emit(effClose{conn: old, why: CloseSuperseded, msg: "superseded by a newer connection"})
+	switch {
+	case s.attached(ev.conn):
+	case ev.shared && len(s.conns) >= s.cfg.MaxConns:
+		s.now(effOpened{reply: ev.reply, res: opened{err: ErrTooManyConns}})
+		return
+	case ev.shared:
+		s.conns = append(s.conns, ev.conn)
+	default:
+		for _, old := range s.conns {
+			s.emit(effClose{conn: old, why: CloseSuperseded, msg: "superseded by a newer connection"})
+		}
+		s.conns = append(s.conns[:0], ev.conn)
 	}
-	s.conn = ev.conn
 	reason := ev.newReason
 	if reason == "" {
 		reason = ReasonResumed
@@ -361,11 +414,11 @@ func (s *Session) attach(ev evAttach, now time.Time) {
 		h.Status, h.InterruptedAt, h.ExpiresAt, h.LastActiveAt = wal.StatusActive, time.Time{}, time.Time{}, now
 		s.appendBatch(nil, nil, true)
 	}
-	s.deliver(s.sessionOut(reason))
+	s.deliverTo(ev.conn, s.sessionOut(reason))
 	if reason == ReasonResumed {
 		s.emit(effReplay{conn: ev.conn, after: ev.lastSeq, last: h.LastSeq})
 	}
-	s.catchUp(ev.stream)
+	s.catchUp(ev.conn, ev.stream)
 	s.emit(effOpened{reply: ev.reply, res: opened{reason: reason}})
 }
 
@@ -388,11 +441,15 @@ func (s *Session) sessionOut(reason string) *SessionOut {
 }
 
 func (s *Session) detach(ev evDetach, now time.Time) {
-	if ev.conn == nil || ev.conn != s.conn {
+	i := slices.Index(s.conns, ev.conn)
+	if ev.conn == nil || i < 0 {
 		return // a superseded connection going away changes nothing
 	}
-	s.conn = nil
-	if s.hdr.Status != wal.StatusActive {
+	s.conns = slices.Delete(s.conns, i, i+1)
+	if len(s.conns) == 0 {
+		s.conns = nil
+	}
+	if len(s.conns) > 0 || s.hdr.Status != wal.StatusActive {
 		return
 	}
 	s.markInterrupted(now)
@@ -428,14 +485,14 @@ func (s *Session) setContext(ev evContext, now time.Time) {
 		merged["sensitive"] = true // nothing clears the mark
 	}
 	if n := wal.ValueSize(merged); n > s.cfg.MaxContextBytes {
-		s.deliver(&ErrorOut{Code: CodeTooLarge, Message: fmt.Sprintf(
+		s.deliverTo(ev.conn, &ErrorOut{Code: CodeTooLarge, Message: fmt.Sprintf(
 			"the context would be %d bytes, the limit is %d; nothing was changed", n, s.cfg.MaxContextBytes)})
 		return
 	}
 	s.ctx.User, s.hdr.Sensitive, s.contextDirty = merged, sensitive, true
 	s.hdr.LastActiveAt = now
 	s.appendBatch(nil, nil, false)
-	s.deliver(&ContextOut{Context: maps.Clone(merged)})
+	s.deliverTo(ev.conn, &ContextOut{Context: maps.Clone(merged)})
 }
 
 func (s *Session) complete(now time.Time) {
@@ -448,8 +505,7 @@ func (s *Session) complete(now time.Time) {
 		s.deliver(&EntryOut{Entry: e})
 	}
 	s.deliver(&CompletedOut{SessionID: s.hdr.SessionID})
-	s.emit(effClose{conn: s.conn, why: CloseCompleted, msg: "session completed"})
-	s.conn = nil
+	s.closeAll(CloseCompleted, "session completed")
 	s.emit(effStatus{userID: s.hdr.UserID, status: wal.StatusCompleted})
 	s.emit(effStop{})
 }
@@ -470,7 +526,7 @@ func (s *Session) tick(now time.Time) {
 		s.emit(effStop{})
 		return
 	}
-	if s.conn == nil && s.idle() && len(s.held) == 0 && s.cfg.IdleTimeout > 0 && !now.Before(s.touch.Add(s.cfg.IdleTimeout)) {
+	if len(s.conns) == 0 && s.idle() && len(s.held) == 0 && s.cfg.IdleTimeout > 0 && !now.Before(s.touch.Add(s.cfg.IdleTimeout)) {
 		s.now(effStop{}) // passivate: everything is in the log
 	}
 }

@@ -27,6 +27,9 @@ type ToolCall struct {
 	// Idempotent is the call's own declaration (Call.Idempotent), for
 	// engines that declare tools per call.
 	Idempotent bool `msgpack:"i,omitempty"`
+	// Sensitive: running the call marks the session sensitive (kept for
+	// a call that runs only once it is approved).
+	Sensitive bool `msgpack:"se,omitempty"`
 }
 
 // state is what the actor keeps of a session besides its header, context

@@ -70,28 +70,34 @@ func (s *Session) flush() {
 // sendParts delivers the parts the client has not had, as one delta.
 func (s *Session) sendParts() {
 	r := s.reply
-	if s.conn == nil || r.sent >= len(r.parts) {
+	if len(s.conns) == 0 || r.sent >= len(r.parts) {
 		return
 	}
 	s.deliver(&DeltaOut{Seq: r.seq, From: r.sent, Part: len(r.parts) - 1, Text: r.text(r.sent)})
 	r.sent = len(r.parts)
 }
 
-// catchUp gives a client that attached during a reply what it lacks of
-// it: the parts after the ones its hello says it holds, or all of them.
-func (s *Session) catchUp(mark *StreamMark) {
+// catchUp gives connection c, which attached during a reply, what it
+// lacks of it: the parts after the ones its hello says it holds, or all
+// of them. When other connections share the session it gets the parts
+// they were sent; the ones waiting for a flush go to all at once.
+func (s *Session) catchUp(c Conn, mark *StreamMark) {
 	r := s.reply
 	if r == nil || len(r.parts) == 0 {
 		return
+	}
+	upTo := len(r.parts)
+	if len(s.conns) > 1 {
+		upTo = r.sent
 	}
 	from := 0
 	if mark != nil && mark.Seq == r.seq && mark.Part >= 0 && mark.Part < len(r.parts) {
 		from = mark.Part + 1
 	}
-	if from < len(r.parts) {
-		s.deliver(&DeltaOut{Seq: r.seq, From: from, Part: len(r.parts) - 1, Text: r.text(from)})
+	if from < upTo {
+		s.deliverTo(c, &DeltaOut{Seq: r.seq, From: from, Part: upTo - 1, Text: strings.Join(r.parts[from:upTo], "")})
 	}
-	r.sent = len(r.parts)
+	r.sent = upTo
 }
 
 // endReply logs the text streamed so far as the agent's entry (the seq

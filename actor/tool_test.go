@@ -225,36 +225,3 @@ func TestCloseMidTurn(t *testing.T) {
 		}
 	}
 }
-
-// A tool that declares it needs approval (Tool.Approval, as MCP's
-// destructive tools do) is refused like a call that asks for one: logged
-// started and failed at once, never run, and the session is not marked
-// sensitive by a run that did not happen.
-func TestToolNeedsApproval(t *testing.T) {
-	eng := newGatedEngine(false)
-	eng.approvePay = true
-	e := newEnv(t, func(c *Config) { c.Engine = eng })
-	c := newRecConn("c")
-	h := e.create("s", "alice", c)
-	if err := h.Send(t.Context(), "q", "pay the rent", nil); err != nil {
-		t.Fatal(err)
-	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	started := expect[*EntryOut](t, c).Entry
-	failed := expect[*EntryOut](t, c).Entry
-	reply := expect[*EntryOut](t, c).Entry
-	if mdString(started, "status") != ToolStarted || mdString(started, "name") != "payment" || mdString(failed, "status") != ToolFailed ||
-		failed.Content != ErrNeedsApproval || mdString(failed, "call_id") != mdString(started, "call_id") {
-		t.Fatalf("call logged as %+v / %+v", started, failed)
-	}
-	if reply.Role != RoleAgent || !strings.Contains(reply.Content, ErrNeedsApproval) {
-		t.Fatalf("reply %+v", reply)
-	}
-	if n := eng.g.runs.Load(); n != 0 {
-		t.Fatalf("the payment ran %d times", n)
-	}
-	if e.header("s").Sensitive {
-		t.Fatal("a refused call marked the session sensitive")
-	}
-}

@@ -16,11 +16,14 @@ const (
 	RoleSystem = "system"
 )
 
-// Tool entry statuses.
+// Tool entry statuses (metadata.status), as PROTOCOL.md names them.
 const (
-	ToolStarted   = "started"
-	ToolCompleted = "completed"
-	ToolFailed    = "failed"
+	ToolAwaitingApproval = "awaiting_approval"
+	ToolApproved         = "approved"
+	ToolDenied           = "denied"
+	ToolStarted          = "started"
+	ToolCompleted        = "completed"
+	ToolFailed           = "failed"
 )
 
 // maxReruns is how often an idempotent call cut short by a crash is run
@@ -71,6 +74,10 @@ func (s *Session) start(now time.Time) {
 	if s.hdr.Status.Terminal() {
 		return
 	}
+	if p := s.st.Pending; p != nil && p.Status == ToolAwaitingApproval {
+		s.busy = true // the turn waits for the user's decision, in the log
+		return
+	}
 	if p := s.st.Pending; p != nil {
 		if t, ok := s.cfg.Tool(p.Name); (p.Idempotent || ok && t.Idempotent) && p.Attempts < maxReruns {
 			// Run it once more; the attempt is durable before the run so
@@ -97,7 +104,7 @@ func (s *Session) start(now time.Time) {
 
 func (s *Session) send(ev evSend, now time.Time) {
 	if seq, ok := s.sends.seen(ev.id); ok {
-		s.deliver(&AckOut{ID: ev.id, Seq: seq})
+		s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: seq})
 		return
 	}
 	if s.sends.mayBeOlder(ev.id) {
@@ -109,15 +116,18 @@ func (s *Session) send(ev evSend, now time.Time) {
 
 func (s *Session) sendChecked(ev evSendChecked, now time.Time) {
 	if ev.found {
-		s.deliver(&AckOut{ID: ev.send.id, Seq: ev.seq})
+		s.deliverTo(ev.send.conn, &AckOut{ID: ev.send.id, Seq: ev.seq})
 		return
 	}
 	s.newSend(ev.send, now)
 }
 
 func (s *Session) newSend(ev evSend, now time.Time) {
+	if ev.interrupt {
+		s.cancel(0, now) // the running turn ends before this one is queued
+	}
 	if len(s.st.Turns) >= s.cfg.MaxTurns {
-		s.deliver(&ErrorOut{Code: CodeRateLimited, ID: ev.id, Message: fmt.Sprintf(
+		s.deliverTo(ev.conn, &ErrorOut{Code: CodeRateLimited, ID: ev.id, Message: fmt.Sprintf(
 			"the agent is busy: %d messages are waiting for an answer; send again later", len(s.st.Turns))})
 		return
 	}
@@ -140,7 +150,7 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 		// with the message and shown with it.
 		reply := s.next(RoleAgent, s.cfg.Instant(e), map[string]any{"reply_to": e.Seq}, now)
 		s.appendBatch(append(entries, reply), []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
-		s.deliver(&AckOut{ID: ev.id, Seq: e.Seq})
+		s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: e.Seq})
 		s.deliver(&EntryOut{Entry: e})
 		s.deliver(&EntryOut{Entry: reply})
 		return
@@ -151,7 +161,7 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 	if len(entries) > 1 {
 		s.deliver(&EntryOut{Entry: entries[0]})
 	}
-	s.deliver(&AckOut{ID: ev.id, Seq: e.Seq})
+	s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: e.Seq})
 	s.deliver(&EntryOut{Entry: e})
 	if !s.busy {
 		s.busy = true
@@ -179,21 +189,17 @@ func (s *Session) action(ev evAction, now time.Time) {
 			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
 			Status: ToolStarted, ReplyTo: ev.userSeq, Idempotent: call.Idempotent,
 		}
+		t, declared := s.cfg.Tool(c.Name)
+		c.Sensitive = call.Sensitive || declared && t.Sensitive
+		if call.Approval || declared && t.Approval {
+			s.awaitApproval(c, entries, now)
+			return
+		}
 		e := s.toolEntry(c, ToolStarted, "", now)
 		c.StartedSeq = e.Seq
 		st.Steps = append(st.Steps, e.Seq)
-		if t, ok := s.cfg.Tool(c.Name); call.Approval || ok && t.Approval {
-			// No approvals yet (the awaiting_approval state): the call is
-			// logged with its outcome at once and never run.
-			f := s.toolEntry(c, ToolFailed, ErrNeedsApproval, now)
-			st.Steps = append(st.Steps, f.Seq)
-			s.stateDirty = true
-			s.log(append(entries, e, f)...)
-			s.startStep(ev.userSeq)
-			return
-		}
 		st.Pending = &c
-		if t, ok := s.cfg.Tool(c.Name); call.Sensitive || ok && t.Sensitive {
+		if c.Sensitive {
 			s.hdr.Sensitive = true
 		}
 		s.stateDirty = true

@@ -209,7 +209,7 @@ func TestSessionComplete(t *testing.T) {
 		if st := effs[4].(effStatus); st.status != wal.StatusCompleted || st.userID != "alice" {
 			t.Fatalf("status = %+v", st)
 		}
-		if s.hdr.Status != wal.StatusCompleted || s.conn != nil {
+		if s.hdr.Status != wal.StatusCompleted || len(s.conns) != 0 {
 			t.Fatal("not completed")
 		}
 	})

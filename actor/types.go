@@ -178,6 +178,9 @@ var (
 	ErrNotFound = errors.New("actor: session not found")
 	// ErrTooManySessions: the user has as many live sessions as allowed.
 	ErrTooManySessions = errors.New("actor: too many live sessions for this user")
+	// ErrTooManyConns: a shared attach found the session at its limit of
+	// connections (Config.MaxConns); nothing changed.
+	ErrTooManyConns = errors.New("actor: too many connections share this session")
 	// ErrNotResumed is matched by every *NotResumedError.
 	ErrNotResumed = errors.New("actor: session not resumed")
 )

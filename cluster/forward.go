@@ -20,6 +20,9 @@ type Session interface {
 	History(ctx context.Context, before uint64, limit int) error
 	SetContext(ctx context.Context, set map[string]any) error
 	Complete(ctx context.Context) error
+	Interrupt(ctx context.Context, id, content string, metadata map[string]any) error
+	Cancel(ctx context.Context, replyTo uint64) error
+	Approve(ctx context.Context, callID string, approved bool) error
 	Detach()
 }
 
@@ -29,7 +32,7 @@ var _ Session = (*actor.Handle)(nil)
 // registry, or the owner's over the link (the client's socket stays here).
 func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
 	return c.open(ctx, req.SessionID, req.Conn, sessionReq{
-		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream,
+		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Shared: req.Shared,
 	}, func(reg *actor.Registry) (Session, error) {
 		h, err := reg.Resume(ctx, req)
 		if err != nil {
@@ -217,6 +220,18 @@ func (r *remote) SetContext(ctx context.Context, set map[string]any) error {
 }
 
 func (r *remote) Complete(ctx context.Context) error { return r.op(ctx, opMsg{Op: "complete"}) }
+
+func (r *remote) Interrupt(ctx context.Context, id, content string, metadata map[string]any) error {
+	return r.op(ctx, opMsg{Op: "interrupt", ID: id, Content: content, Metadata: metadata})
+}
+
+func (r *remote) Cancel(ctx context.Context, replyTo uint64) error {
+	return r.op(ctx, opMsg{Op: "cancel", ReplyTo: replyTo})
+}
+
+func (r *remote) Approve(ctx context.Context, callID string, approved bool) error {
+	return r.op(ctx, opMsg{Op: "approve", CallID: callID, Approved: approved})
+}
 
 // Detach closes the stream; the owner detaches the session when it ends.
 func (r *remote) Detach() { r.once.Do(func() { _ = r.s.Close() }) }

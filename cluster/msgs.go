@@ -30,6 +30,7 @@ const (
 	codeReauth      = "reauth_required"
 	codeBadLastSeq  = "bad_last_seq"
 	codeTooMany     = "too_many_sessions"
+	codeTooManyConn = "too_many_conns"
 	codeExists      = "exists"
 	codeClosed      = "closed"
 	codeUnavailable = "unavailable"
@@ -105,6 +106,8 @@ type sessionReq struct {
 	// Frames: the client's gateway takes frames encoded by the owner
 	// (outMsg.Frame).
 	Frames bool `msgpack:"f,omitempty"`
+	// Shared: the client attaches shared (the other connections stay).
+	Shared bool `msgpack:"sh,omitempty"`
 }
 
 // sessionResult is the first value on a session stream from the owner:
@@ -139,13 +142,18 @@ type closeMsg struct {
 
 // opMsg is one thing the client does, sent by its gateway to the owner.
 type opMsg struct {
-	Op       string         `msgpack:"o"` // send, history, context, complete
+	Op       string         `msgpack:"o"` // send, interrupt, history, context, complete, cancel, approve
 	ID       string         `msgpack:"i,omitempty"`
 	Content  string         `msgpack:"c,omitempty"`
 	Metadata map[string]any `msgpack:"m,omitempty"`
 	Before   uint64         `msgpack:"b,omitempty"`
 	Limit    int            `msgpack:"l,omitempty"`
 	Set      map[string]any `msgpack:"s,omitempty"`
+	// cancel: the turn answering ReplyTo (0: the running one).
+	ReplyTo uint64 `msgpack:"rt,omitempty"`
+	// approve: the call and the decision.
+	CallID   string `msgpack:"ci,omitempty"`
+	Approved bool   `msgpack:"ap,omitempty"`
 }
 
 func outOf(o actor.Out) outMsg {

@@ -166,6 +166,8 @@ func withActorCode(err error) error {
 		return WithCode(codeBadLastSeq, err)
 	case errors.Is(err, actor.ErrTooManySessions):
 		return WithCode(codeTooMany, err)
+	case errors.Is(err, actor.ErrTooManyConns):
+		return WithCode(codeTooManyConn, err)
 	case errors.Is(err, wal.ErrExists):
 		return WithCode(codeExists, err)
 	case errors.Is(err, actor.ErrClosed):
@@ -190,6 +192,8 @@ func actorErr(code, msg string) error {
 		return actor.ErrBadLastSeq
 	case codeTooMany:
 		return actor.ErrTooManySessions
+	case codeTooManyConn:
+		return actor.ErrTooManyConns
 	case codeExists:
 		return wal.ErrExists
 	case codeClosed, codeUnavailable:

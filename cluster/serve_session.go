@@ -85,7 +85,7 @@ func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, err
 		return reg.Create(c.ctx, actor.CreateRequest{SessionID: req.SID, UserID: req.User, Reason: req.Reason, Conn: conn})
 	}
 	return reg.Resume(c.ctx, actor.ResumeRequest{
-		SessionID: req.SID, UserID: req.User, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Conn: conn,
+		SessionID: req.SID, UserID: req.User, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Conn: conn, Shared: req.Shared,
 	})
 }
 
@@ -94,6 +94,12 @@ func (c *Cluster) apply(h *actor.Handle, op opMsg) error {
 	switch op.Op {
 	case "send":
 		return h.Send(ctx, op.ID, op.Content, op.Metadata)
+	case "interrupt":
+		return h.Interrupt(ctx, op.ID, op.Content, op.Metadata)
+	case "cancel":
+		return h.Cancel(ctx, op.ReplyTo)
+	case "approve":
+		return h.Approve(ctx, op.CallID, op.Approved)
 	case "history":
 		return h.History(ctx, op.Before, op.Limit)
 	case "context":

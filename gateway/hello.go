@@ -27,6 +27,10 @@ func (c *conn) hello() bool {
 		c.badFrame("the first frame must be hello")
 		c.fail(wire.CodeBadRequest, "the first frame must be hello", wire.ClosePolicy)
 		return false
+	case f.Attach != "" && f.Attach != wire.AttachShared:
+		c.badFrame("unknown attach " + f.Attach)
+		c.fail(wire.CodeBadRequest, fmt.Sprintf("attach must be %q or left out", wire.AttachShared), wire.ClosePolicy)
+		return false
 	}
 	start := time.Now()
 	id, err := Verify(c.srv.cfg.Secret, f.Token, c.srv.cfg.Now())
@@ -55,7 +59,8 @@ func (c *conn) open(f wire.ClientFrame, id Identity) (Session, string, error) {
 	ctx := c.srv.ctx
 	reason := actor.ReasonNew
 	if f.SessionID != "" {
-		req := actor.ResumeRequest{SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c}
+		req := actor.ResumeRequest{SessionID: f.SessionID, UserID: id.UserID, LastSeq: f.LastSeq, AuthTime: id.AuthTime, Conn: c,
+			Shared: f.Attach == wire.AttachShared}
 		if f.Stream != nil {
 			req.Stream = &actor.StreamMark{Seq: f.Stream.Seq, Part: f.Stream.Part}
 		}
@@ -85,6 +90,8 @@ func (c *conn) openFailed(err error) {
 		c.fail(wire.CodeReauthRequired, "this session is sensitive: log in again to resume it", wire.CloseReauth)
 	case errors.Is(err, actor.ErrBadLastSeq):
 		c.fail(wire.CodeBadRequest, "last_seq is beyond the session's last seq", wire.ClosePolicy)
+	case errors.Is(err, actor.ErrTooManyConns):
+		c.fail(wire.CodeRateLimited, "this session already has as many shared connections as allowed", wire.CloseTryAgain)
 	case errors.Is(err, actor.ErrTooManySessions):
 		c.fail(wire.CodeRateLimited, "too many live sessions for this user: resume or complete one of them", wire.CloseTryAgain)
 	case errors.Is(err, actor.ErrClosed):
@@ -129,7 +136,19 @@ func (c *conn) next(mt int, data []byte, rerr error) bool {
 			c.Deliver(&actor.ErrorOut{Code: code, Message: msg, ID: f.ID})
 			return true
 		}
-		err = c.sess.Send(ctx, f.ID, f.Content, f.Metadata)
+		if f.Interrupt {
+			err = c.sess.Interrupt(ctx, f.ID, f.Content, f.Metadata)
+		} else {
+			err = c.sess.Send(ctx, f.ID, f.Content, f.Metadata)
+		}
+	case wire.TypeCancel:
+		err = c.sess.Cancel(ctx, f.ReplyTo)
+	case wire.TypeApprove:
+		if f.CallID == "" || f.Approved == nil {
+			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "approve needs a call_id and approved (true or false)"})
+			return true
+		}
+		err = c.sess.Approve(ctx, f.CallID, *f.Approved)
 	case wire.TypeHistory:
 		if f.Limit < 0 {
 			c.Deliver(&actor.ErrorOut{Code: wire.CodeBadRequest, Message: "limit must not be negative"})

@@ -290,17 +290,19 @@ func decodeSlow(data []byte) (wire.ClientFrame, error) {
 			SessionID string           `json:"session_id"`
 			LastSeq   uint64           `json:"last_seq"`
 			Stream    *wire.StreamMark `json:"stream"`
+			Attach    string           `json:"attach"`
 		}
 		err = json.Unmarshal(data, &v)
-		f.Token, f.SessionID, f.LastSeq, f.Stream = v.Token, v.SessionID, v.LastSeq, v.Stream
+		f.Token, f.SessionID, f.LastSeq, f.Stream, f.Attach = v.Token, v.SessionID, v.LastSeq, v.Stream, v.Attach
 	case wire.TypeSend:
 		var v struct {
-			ID       string         `json:"id"`
-			Content  string         `json:"content"`
-			Metadata map[string]any `json:"metadata"`
+			ID        string         `json:"id"`
+			Content   string         `json:"content"`
+			Metadata  map[string]any `json:"metadata"`
+			Interrupt bool           `json:"interrupt"`
 		}
 		err = json.Unmarshal(data, &v)
-		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
+		f.ID, f.Content, f.Metadata, f.Interrupt = v.ID, v.Content, v.Metadata, v.Interrupt
 		if err == nil {
 			err = storable("metadata", v.Metadata)
 		}
@@ -326,6 +328,19 @@ func decodeSlow(data []byte) (wire.ClientFrame, error) {
 		}
 		err = json.Unmarshal(data, &v)
 		f.ID = v.ID
+	case wire.TypeCancel:
+		var v struct {
+			ReplyTo uint64 `json:"reply_to"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.ReplyTo = v.ReplyTo
+	case wire.TypeApprove:
+		var v struct {
+			CallID   string `json:"call_id"`
+			Approved *bool  `json:"approved"`
+		}
+		err = json.Unmarshal(data, &v)
+		f.CallID, f.Approved = v.CallID, v.Approved
 	}
 	switch {
 	case err != nil:
@@ -362,9 +377,9 @@ func pickStorable(v wire.ClientFrame) (wire.ClientFrame, bool) {
 	f := wire.ClientFrame{Type: v.Type}
 	switch v.Type {
 	case wire.TypeHello:
-		f.Token, f.SessionID, f.LastSeq, f.Stream = v.Token, v.SessionID, v.LastSeq, v.Stream
+		f.Token, f.SessionID, f.LastSeq, f.Stream, f.Attach = v.Token, v.SessionID, v.LastSeq, v.Stream, v.Attach
 	case wire.TypeSend:
-		f.ID, f.Content, f.Metadata = v.ID, v.Content, v.Metadata
+		f.ID, f.Content, f.Metadata, f.Interrupt = v.ID, v.Content, v.Metadata, v.Interrupt
 		if storable("metadata", v.Metadata) != nil {
 			return f, false
 		}
@@ -377,6 +392,10 @@ func pickStorable(v wire.ClientFrame) (wire.ClientFrame, bool) {
 		}
 	case wire.TypePing:
 		f.ID = v.ID
+	case wire.TypeCancel:
+		f.ReplyTo = v.ReplyTo
+	case wire.TypeApprove:
+		f.CallID, f.Approved = v.CallID, v.Approved
 	}
 	return f, true
 }

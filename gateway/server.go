@@ -25,6 +25,12 @@ type Session interface {
 	History(ctx context.Context, before uint64, limit int) error
 	SetContext(ctx context.Context, set map[string]any) error
 	Complete(ctx context.Context) error
+	// Interrupt is Send that first cancels the running turn.
+	Interrupt(ctx context.Context, id, content string, metadata map[string]any) error
+	// Cancel stops the turn answering replyTo (0: the one running).
+	Cancel(ctx context.Context, replyTo uint64) error
+	// Approve decides on a tool call awaiting approval.
+	Approve(ctx context.Context, callID string, approved bool) error
 	// Detach says the connection is gone; it must not be lost and must
 	// not block.
 	Detach()

@@ -169,17 +169,33 @@ type toolRequest struct {
 }
 
 // stepsMade is how many step requests of the turn came before this one:
-// every one but the last ended in a tool call, and each call's started
-// entry is in the turn's steps. It is read from the log, so a step asked
-// again after a crash has the same number, and the same Idempotency-Key.
+// every one but the last ended in a tool call, and each call's first
+// entry (started, or awaiting_approval for a call that needed approval)
+// is in the turn's steps. It is read from the log, so a step asked again
+// after a crash has the same number, and the same Idempotency-Key.
 func stepsMade(steps []wal.Entry) int {
 	n := 0
 	for _, e := range steps {
-		if s, _ := e.Metadata["status"].(string); e.Role == actor.RoleTool && s == actor.ToolStarted {
+		s, _ := e.Metadata["status"].(string)
+		if e.Role != actor.RoleTool {
+			continue
+		}
+		if s == actor.ToolAwaitingApproval || s == actor.ToolStarted && !approvedBefore(steps, e) {
 			n++
 		}
 	}
 	return n
+}
+
+// approvedBefore reports whether the started entry e follows its call's
+// approval (the call was counted at its awaiting_approval entry).
+func approvedBefore(steps []wal.Entry, e wal.Entry) bool {
+	for _, p := range steps {
+		if p.Seq < e.Seq && p.Metadata["call_id"] == e.Metadata["call_id"] && p.Metadata["status"] == actor.ToolApproved {
+			return true
+		}
+	}
+	return false
 }
 
 // Stream asks the endpoint for the next step of the turn and shows its

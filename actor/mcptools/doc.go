@@ -13,10 +13,10 @@
 //   - readOnlyHint: idempotent (a call a crash cut short is run again);
 //     no other hint counts, as the specification says.
 //   - otherwise destructiveHint (true, or not given): the call needs the
-//     user's approval, which Tether does not support yet: it is logged
-//     started and at once failed with actor.ErrNeedsApproval, and never
+//     user's approval: it is logged awaiting_approval and sent only once
+//     the user approves it (PROTOCOL.md, approve); a denied call is never
 //     sent. A server must say destructiveHint: false for its writing tools
-//     to run at all; this follows the specification's default literally,
+//     to run unasked; this follows the specification's default literally,
 //     as a tool that does not say what it does is not run unasked.
 //   - otherwise idempotentHint: idempotent; without it the call is run at
 //     most once, and one a crash cut short is logged failed "interrupted".

@@ -28,7 +28,7 @@ func Declare(a *mcp.ToolAnnotations) (idempotent, approval bool) {
 
 // approvalNote tells the model, in the description, what a call of a
 // tool that needs approval will do.
-const approvalNote = " (Needs the user's approval, which is not supported yet: a call is refused and not run.)"
+const approvalNote = " (Needs the user's approval: a call waits for the user to approve or deny it, and a denied call does not run.)"
 
 // openAITool is t as the engine offers it, under name.
 func (s *server) openAITool(name string, t *mcp.Tool) actor.OpenAITool {

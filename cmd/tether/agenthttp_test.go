@@ -298,11 +298,17 @@ func TestAgentHTTPFailures(t *testing.T) {
 	})
 	ok()
 
-	// approval: true is not supported yet: logged failed, never run.
-	es = turn(t, c, "a-1", "approve it", isReply)
-	if len(es) != 4 || es[1].MD("status") != "started" || es[2].MD("status") != "failed" ||
-		es[2].Content != "needs approval, not supported yet" || es[3].Content != "approve: needs approval, not supported yet" {
+	// approval: true: the call waits for the user; denied, it is never
+	// sent, and the next step request sees the denied entry.
+	es = turn(t, c, "a-1", "approve it", func(f frame) bool { return f.MD("status") == "awaiting_approval" })
+	if len(es) != 2 || es[1].MD("status") != "awaiting_approval" || es[1].MD("name") != "approve" {
 		t.Fatalf("approval turn %v", es)
+	}
+	c.mustWrite(map[string]any{"type": "approve", "call_id": es[1].MD("call_id"), "approved": false})
+	denied := c.until(10*time.Second, "the denial", failOnError(t), func(f frame) bool { return f.Type == "message" && f.Role == "tool" })
+	reply := c.until(10*time.Second, "the reply after the denial", failOnError(t), func(f frame) bool { return f.Type == "message" && isReply(f) })
+	if denied.MD("status") != "denied" || denied.MD("by") != "alice" || reply.Content != "approve: denied" {
+		t.Fatalf("after the denial: %s / %s", denied.Raw, reply.Raw)
 	}
 	if n := a.count(a.tools, es[1].MD("call_id")); n != 0 {
 		t.Fatalf("a call needing approval was sent %d tool requests", n)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/mcptools/mcptest"
 )
 
@@ -200,17 +199,28 @@ func TestServeMCPTools(t *testing.T) {
 		p := startProcEnv(t, t.TempDir(), env, append([]string{"--jwt-secret", testSecret}, flags...)...)
 		c := dial(t, p.wsURL())
 		c.hello(tok, "", 0)
-		userSeq, replySeq := c.chat("q-1", "wipe")
-		l := newEntryLog(t)
-		c.pageAll(l, replySeq+1, 50)
-		var statuses, contents []string
-		for s := userSeq + 1; s < replySeq; s++ {
-			statuses, contents = append(statuses, l.bySeq[s].MD("status")), append(contents, l.bySeq[s].Content)
-		}
-		if !slices.Equal(statuses, []string{"started", "failed"}) || contents[1] != actor.ErrNeedsApproval {
-			t.Fatalf("wipe logged as %v %q", statuses, contents)
+		c.mustWrite(sendFrame("q-1", "wipe"))
+		waiting := c.until(20*time.Second, "the call waiting", failOnError(t), func(f frame) bool {
+			return f.Type == "message" && f.Role == "tool"
+		})
+		if waiting.MD("status") != "awaiting_approval" || waiting.MD("name") != "wipe" {
+			t.Fatalf("wipe logged as %s", waiting.Raw)
 		}
 		if n := srv.Calls("wipe"); n != 0 {
+			t.Fatalf("wipe called %d times before its approval", n)
+		}
+		c.mustWrite(map[string]any{"type": "approve", "call_id": waiting.MD("call_id"), "approved": true})
+		var statuses []string
+		c.until(20*time.Second, "the reply after wipe", failOnError(t), func(f frame) bool {
+			if f.Type == "message" && f.Role == "tool" {
+				statuses = append(statuses, f.MD("status"))
+			}
+			return f.Type == "message" && f.Role == "agent"
+		})
+		if !slices.Equal(statuses, []string{"approved", "started", "completed"}) {
+			t.Fatalf("wipe after its approval: %v", statuses)
+		}
+		if n := srv.Calls("wipe"); n != 1 {
 			t.Fatalf("wipe called %d times", n)
 		}
 		tools, system := f.seen()

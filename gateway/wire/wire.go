@@ -14,6 +14,8 @@ const (
 	TypeContext  = "context"
 	TypeComplete = "complete"
 	TypePing     = "ping"
+	TypeCancel   = "cancel"
+	TypeApprove  = "approve"
 	// Server → client (context is both).
 	TypeSession      = "session"
 	TypeHistoryBatch = "history_batch"
@@ -76,16 +78,28 @@ type ClientFrame struct {
 	SessionID string      `json:"session_id,omitempty"`
 	LastSeq   uint64      `json:"last_seq,omitempty"`
 	Stream    *StreamMark `json:"stream,omitempty"`
+	// Attach "shared" keeps the session's other connections.
+	Attach string `json:"attach,omitempty"`
 	// send (and ping, whose id is echoed)
-	ID       string         `json:"id,omitempty"`
-	Content  string         `json:"content,omitempty"`
-	Metadata map[string]any `json:"metadata,omitempty"`
+	ID        string         `json:"id,omitempty"`
+	Content   string         `json:"content,omitempty"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
+	Interrupt bool           `json:"interrupt,omitempty"`
+	// cancel
+	ReplyTo uint64 `json:"reply_to,omitempty"`
+	// approve
+	CallID   string `json:"call_id,omitempty"`
+	Approved *bool  `json:"approved,omitempty"`
 	// history
 	BeforeSeq uint64 `json:"before_seq,omitempty"`
 	Limit     int    `json:"limit,omitempty"`
 	// context
 	Set map[string]any `json:"set,omitempty"`
 }
+
+// AttachShared is the hello's attach value that keeps the session's other
+// connections.
+const AttachShared = "shared"
 
 // StreamMark is the hello's note of a partly received streamed reply: the
 // client holds parts 0..Part of the reply that will become entry Seq.

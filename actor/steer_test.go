@@ -1,0 +1,123 @@
+package actor
+
+import (
+	"strings"
+	"testing"
+)
+
+// A tool call that needs approval waits in the log: through a disconnect,
+// a passivation and a restart nothing runs, the snapshot shows it
+// waiting; an approve from a new connection runs it once; a second
+// decision does nothing.
+func TestApprovalSurvivesRestart(t *testing.T) {
+	eng := newCallEngine()
+	e := newEnv(t, func(c *Config) { c.Engine = eng })
+	c := newRecConn("c")
+	h := e.create("s", "alice", c)
+	if err := h.Send(t.Context(), "q", "approve a transfer", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect[*AckOut](t, c)
+	expect[*EntryOut](t, c)
+	waiting := expect[*EntryOut](t, c).Entry
+	if mdString(waiting, "status") != ToolAwaitingApproval || waiting.Metadata["args"] == nil {
+		t.Fatalf("waiting entry %+v", waiting)
+	}
+	callID := mdString(waiting, "call_id")
+	h.Detach()
+	e.passivate("s")
+	e.restart()
+	e.settle("s")
+	if p := e.snapshot("s", "alice").Pending; p == nil || p.Status != ToolAwaitingApproval || p.CallID != callID {
+		t.Fatalf("snapshot pending %+v", p)
+	}
+	if n := eng.g.runs.Load(); n != 0 {
+		t.Fatalf("the call ran %d times before its approval", n)
+	}
+	c2 := newRecConn("c2")
+	h2, so, _ := e.resume("s", "alice", waiting.Seq, c2)
+	if so.Pending == nil || so.Pending.Status != ToolAwaitingApproval {
+		t.Fatalf("session frame pending %+v", so.Pending)
+	}
+	if err := h2.Approve(t.Context(), "call-404", true); err != nil {
+		t.Fatal(err)
+	}
+	if er := expect[*ErrorOut](t, c2); er.Code != CodeBadRequest {
+		t.Fatalf("unknown call: %+v", er)
+	}
+	if err := h2.Approve(t.Context(), callID, true); err != nil {
+		t.Fatal(err)
+	}
+	approved := expect[*EntryOut](t, c2).Entry
+	started := expect[*EntryOut](t, c2).Entry
+	if mdString(approved, "status") != ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != ToolStarted {
+		t.Fatalf("after approve: %+v / %+v", approved, started)
+	}
+	recv(t, "the approved run", eng.g.started)
+	if err := h2.Approve(t.Context(), callID, false); err != nil {
+		t.Fatal(err)
+	}
+	eng.g.results <- "sent"
+	done := expect[*EntryOut](t, c2).Entry
+	reply := expect[*EntryOut](t, c2).Entry
+	if mdString(done, "status") != ToolCompleted || reply.Role != RoleAgent || !strings.Contains(reply.Content, "sent") {
+		t.Fatalf("after the run: %+v / %+v", done, reply)
+	}
+	if n := eng.g.runs.Load(); n != 1 || len(eng.callsSeen()) != 1 {
+		t.Fatalf("the approved call ran %d times", n)
+	}
+}
+
+// A denied call never runs; the engine answers knowing it was denied; a
+// tool declared Approval (as MCP's destructive tools are) does not mark
+// the session sensitive by a run that did not happen.
+func TestApprovalDenied(t *testing.T) {
+	eng := newGatedEngine(false)
+	eng.approvePay = true
+	e := newEnv(t, func(c *Config) { c.Engine = eng })
+	c := newRecConn("c")
+	h := e.create("s", "alice", c)
+	if err := h.Send(t.Context(), "q", "pay the rent", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect[*AckOut](t, c)
+	expect[*EntryOut](t, c)
+	waiting := expect[*EntryOut](t, c).Entry
+	if err := h.Approve(t.Context(), mdString(waiting, "call_id"), false); err != nil {
+		t.Fatal(err)
+	}
+	denied := expect[*EntryOut](t, c).Entry
+	reply := expect[*EntryOut](t, c).Entry
+	if mdString(denied, "status") != ToolDenied || reply.Role != RoleAgent || !strings.Contains(reply.Content, "denied") {
+		t.Fatalf("denied: %+v / %+v", denied, reply)
+	}
+	if n := eng.g.runs.Load(); n != 0 || e.header("s").Sensitive {
+		t.Fatalf("a denied payment ran %d times (sensitive %v)", n, e.header("s").Sensitive)
+	}
+}
+
+// Cancel during a tool run: the tool's context is cancelled, the call is
+// logged failed "cancelled", and the next send is answered normally.
+func TestCancelDuringTool(t *testing.T) {
+	eng := newGatedEngine(false)
+	e := newEnv(t, func(c *Config) { c.Engine = eng })
+	c := newRecConn("c")
+	h := e.create("s", "alice", c)
+	started := sendToTool(t, h, c, eng.g, "q", "search something")
+	if err := h.Cancel(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	failed := expect[*EntryOut](t, c).Entry
+	note := expect[*EntryOut](t, c).Entry
+	if mdString(failed, "status") != ToolFailed || failed.Content != Cancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
+		note.Role != RoleSystem || note.Metadata["cancelled"] != true {
+		t.Fatalf("cancel logged %+v / %+v", failed, note)
+	}
+	eventually(t, "the tool's context cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
+	sendToTool(t, h, c, eng.g, "q2", "search again")
+	eng.g.results <- "found"
+	expect[*EntryOut](t, c)
+	if reply := expect[*EntryOut](t, c).Entry; reply.Role != RoleAgent || !strings.Contains(reply.Content, "found") {
+		t.Fatalf("the next turn: %+v", reply)
+	}
+}
