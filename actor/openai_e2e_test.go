@@ -65,6 +65,31 @@ func dumpEntries(es []wal.Entry) string {
 	return b.String()
 }
 
+// oaiRegistry is a real registry on a real log, running engine e.
+func oaiRegistry(t *testing.T, e Engine) (*wal.Log, *Registry) {
+	t.Helper()
+	quietLog := slog.New(slog.DiscardHandler)
+	log, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := log.Close(); err != nil {
+			t.Errorf("log close: %v", err)
+		}
+	})
+	reg, err := New(Config{Journal: log, Engine: e, Logger: quietLog, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Errorf("registry close: %v", err)
+		}
+	})
+	return log, reg
+}
+
 // A user send through a real registry on a real log: the model asks for
 // search, the actor journals the call as started, runs it once, journals
 // its result, and the model's answer to the result is the agent's entry.
@@ -91,24 +116,7 @@ func TestOpenAIThroughActor(t *testing.T) {
 	quietLog := slog.New(slog.DiscardHandler)
 	e := newTestOpenAI(t, f, quietLog, func(c *OpenAIConfig) { c.Tools = []OpenAITool{search} })
 
-	log, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := log.Close(); err != nil {
-			t.Errorf("log close: %v", err)
-		}
-	})
-	reg, err := New(Config{Journal: log, Engine: e, Logger: quietLog, SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := reg.Close(); err != nil {
-			t.Errorf("registry close: %v", err)
-		}
-	})
+	log, reg := oaiRegistry(t, e)
 
 	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
 	defer cancel()
@@ -162,5 +170,63 @@ func TestOpenAIThroughActor(t *testing.T) {
 	callID := mdStr(got[2], "call_id")
 	if c := m[2].ToolCalls[0]; c.ID != callID || c.Function.Name != "search" || m[3].ToolCallID != callID || m[3].text() != result {
 		t.Fatalf("call %+v / tool message %+v, want id %s", c, m[3], callID)
+	}
+}
+
+// A cancel while the model is streaming closes the model request (the
+// fake server sees it go), keeps the text so far as the agent's entry
+// marked cancelled, and the next send is answered.
+func TestOpenAICancelClosesRequest(t *testing.T) {
+	leakCheck(t)
+	streaming := make(chan struct{})
+	closed := make(chan struct{})
+	f := newFakeModel(t, func(w http.ResponseWriter, r *http.Request, n int, _ fakeRequest) {
+		if n > 0 {
+			streamText(w, "Fine.")
+			return
+		}
+		sseHeader(w)
+		sseSend(w, textChunk("Let me think "))
+		close(streaming)
+		<-r.Context().Done()
+		close(closed)
+	})
+	e := newTestOpenAI(t, f, slog.New(slog.DiscardHandler), nil)
+	_, reg := oaiRegistry(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
+	defer cancel()
+	conn := newOAIConn()
+	h, err := reg.Create(ctx, CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Send(ctx, "m1", "think hard", nil); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, "the model streaming", streaming)
+	conn.waitEntries(t, 1)
+	// The part may still be on its way to the actor: cancel once the
+	// session shows it (the reply's entry then holds it).
+	eventually(t, "the part reaches the session", func() bool {
+		var ok bool
+		reg.mu.Lock()
+		a := reg.actors["s1"]
+		reg.mu.Unlock()
+		_ = a.query(ctx, func(a *actor) { ok = a.s.reply != nil })
+		return ok
+	})
+	if err := h.Cancel(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := conn.waitEntries(t, 2)
+	if got[1].Role != RoleAgent || got[1].Content != "Let me think " || got[1].Metadata["cancelled"] != true {
+		t.Fatalf("entries %s", dumpEntries(got))
+	}
+	recv(t, "the model request closed", closed)
+	if err := h.Send(ctx, "m2", "then answer", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.waitEntries(t, 4); got[3].Content != "Fine." {
+		t.Fatalf("entries %s", dumpEntries(got))
 	}
 }

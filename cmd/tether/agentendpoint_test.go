@@ -36,6 +36,7 @@ type testAgent struct {
 
 	release     chan struct{} // lets the "resume" reply go on
 	toolBlocked chan string   // a call id whose tool request is in
+	held        chan struct{} // a "hold" step request was closed by Tether
 }
 
 // newTestAgent serves on addr ("" for any free port).
@@ -43,7 +44,7 @@ func newTestAgent(t *testing.T, addr string) *testAgent {
 	t.Helper()
 	a := &testAgent{
 		t: t, keys: map[string]int{}, tools: map[string]int{}, flaky: map[string]int{},
-		release: make(chan struct{}), toolBlocked: make(chan string, 8),
+		release: make(chan struct{}), toolBlocked: make(chan string, 8), held: make(chan struct{}, 8),
 	}
 	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
 	if addr != "" {
@@ -221,6 +222,10 @@ func (a *testAgent) serve(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler) // the connection closes mid-line
 	case "slow":
 		<-r.Context().Done()
+	case "hold":
+		text("thinking ")
+		<-r.Context().Done()
+		a.held <- struct{}{}
 	case "oops":
 		send(map[string]any{"type": "error", "message": "the agent gave up"})
 	default:

@@ -342,3 +342,29 @@ func TestAgentHTTPDown(t *testing.T) {
 		t.Fatalf("after the endpoint came up: %s", es[len(es)-1].Raw)
 	}
 }
+
+// cancel while the endpoint streams: Tether closes the step request (the
+// endpoint sees it go), the text so far is the agent's entry marked
+// cancelled, and the next message is answered.
+func TestAgentHTTPCancel(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t, "")
+	p, _ := agentNode(t, a.url())
+	c := dial(t, p.wsURL())
+	c.hello(token(t, "alice"), "", 0)
+	c.mustWrite(sendFrame("h-1", "hold on"))
+	c.until(10*time.Second, "the first part", failOnError(t), func(f frame) bool { return f.Type == "delta" })
+	c.mustWrite(map[string]any{"type": "cancel"})
+	m := c.until(10*time.Second, "the cancelled reply", failOnError(t), func(f frame) bool { return f.Type == "message" && f.Role == "agent" })
+	if m.Content != "thinking " || m.Metadata["cancelled"] != true {
+		t.Fatalf("cancelled reply %s", m.Raw)
+	}
+	select {
+	case <-a.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the endpoint's request was not closed by the cancel")
+	}
+	if es := turn(t, c, "h-2", "hello again", isReply); es[len(es)-1].Content != "echo: hello again" {
+		t.Fatalf("the next turn %v", es)
+	}
+}
