@@ -250,6 +250,31 @@ func (p *page) recordStates() {
 	})()`, nil)
 }
 
+// recordSockets notes in window.__sockets, in the order they happen, the
+// session frames that sockets opened from now on receive ("session on
+// new") and every close() the page makes ("close old" for a socket opened
+// before, "close new" for one opened after).
+func (p *page) recordSockets() {
+	p.eval(`(() => {
+		window.__sockets = [];
+		const Real = window.WebSocket, close = Real.prototype.close;
+		Real.prototype.close = function (...args) {
+			window.__sockets.push(this.__recorded ? "close new" : "close old");
+			return close.apply(this, args);
+		};
+		window.WebSocket = class extends Real {
+			constructor(...args) {
+				super(...args);
+				this.__recorded = true;
+				this.addEventListener("message", (ev) => {
+					try { if (JSON.parse(ev.data).type === "session") window.__sockets.push("session on new"); } catch {}
+				});
+			}
+		};
+		return 1;
+	})()`, nil)
+}
+
 type stateChange struct {
 	State string `json:"state"`
 	Text  string `json:"text"`

@@ -40,12 +40,18 @@
  *   `error` chunk; a refused send, an expired session, a refused token end
  *   it with an error.
  * - `stop()` (the abort signal) closes the stream and sends PROTOCOL.md's
- *   `cancel` for the turn (`cancelOnStop`, default true; once live if the
- *   connection is down, once acked if the send is not yet). A server that
- *   does not know `cancel` answers `error` bad_request and keeps the
- *   connection: that answer is ignored, the turn then runs on on the server
- *   and its later parts are not added to the stopped message. Note that
- *   useChat calls stop() when the component unmounts.
+ *   `cancel` with `reply_to` the turn's user entry (`cancelOnStop`, default
+ *   true; once live if the connection is down, once acked if the send is
+ *   not yet). The server stops the turn and logs the text streamed so far
+ *   as its agent entry with `metadata.cancelled: true` (or a system entry
+ *   "cancelled" when nothing was streamed; a running tool call is logged
+ *   failed "cancelled"); turns queued behind it still run. A dropped
+ *   connection is not a stop: it cancels nothing. A server that predates
+ *   `cancel` answers `error` bad_request and keeps the connection: that
+ *   answer is ignored, the turn then runs on on the server and its later
+ *   parts are not added to the stopped message. Note that useChat calls
+ *   stop() when the component unmounts (`cancelOnStop: false` keeps the
+ *   server's turn running then).
  * - `regenerate` is not supported (a Tether log is append-only): it fails.
  *
  * Options: url (default: ws(s)://<host that served this module>/v1/ws),

@@ -19,10 +19,16 @@
  *   t.on("send", s => mark(s.id, s.status)); // pending | acked | refused
  *   t.connect();
  *   t.send("compare two laptops");          // returns the send's id
+ *   t.send("no, cheaper ones", undefined, { interrupt: true }); // cuts the running turn short first
+ *   t.cancel();                             // Stop: ends the running turn, keeps what it produced
+ *   t.approve(callId, true);                // the answer to a tool call awaiting approval
  *
  * What it does for the application:
  * - Connects to `url` (default: the page's origin + /v1/ws), says hello with
- *   the token and resumes `state.sessionId` from `state.lastSeq`.
+ *   the token and resumes `state.sessionId` from `state.lastSeq`. A resuming
+ *   hello carries `"attach": "shared"` (option `attach`; null leaves it out),
+ *   so two tabs or devices on one session both stay live and each sees every
+ *   entry and delta, whoever caused it.
  * - Heartbeat: after `pingAfter` ms (10 s) without any frame it sends `ping`;
  *   no frame within `pongTimeout` ms (4 s) more means the connection is lost.
  *   A silent loss is so noticed within 14 s of the last frame, which leaves
@@ -42,6 +48,8 @@
  *   pause (1 s, doubling, with jitter). A send right after which the
  *   connection broke three times running (within 2 s of sending it each
  *   time) is refused as "failed" rather than resent forever.
+ * - Steering a turn: `cancel(replyTo?)` (Stop), `approve(callId, approved)`
+ *   and `send(content, metadata, {interrupt: true})`; see each method.
  * - Entries arrive in seq order; a duplicate is dropped and a gap makes the
  *   client reconnect and resume from the last seq it holds. Entries a resume
  *   omitted, and with `history: "all"` (the default) every entry before the
@@ -57,12 +65,12 @@
  *   offline); a fixed token goes offline until `setToken` + `connect`.
  *   4003 (`reauth_required`): offline, event "auth" with need "login"; give a
  *   fresh token with `setToken` and call `connect`.
- *   4001 (a newer connection resumed this session — another tab or device):
- *   offline with reason "superseded" and no automatic retry, so two tabs never
- *   take the session from each other in a loop; the user's explicit
- *   `connect()` takes it back (and the other tab then goes offline the same
- *   way). A 4001 that follows an attempt of this very client that it gave up
- *   on (its hello may have landed late) reconnects instead.
+ *   4001 (a newer connection resumed this session without attaching shared —
+ *   an older client, or `attach: null`): offline with reason "superseded" and
+ *   no automatic retry, so two tabs never take the session from each other in
+ *   a loop; the user's explicit `connect()` takes it back. A 4001 that
+ *   follows an attempt of this very client that it gave up on (its hello may
+ *   have landed late) reconnects instead.
  *   1007, 1003 and any other 1008: offline with an "error" (a bug, not the
  *   network; retrying would loop).
  * - `drop()` simulates a phone losing signal; see its doc.
@@ -73,7 +81,8 @@
  *   entry    {seq, role, content, timestamp, metadata, source: "live"|"replay"|"history"}
  *   delta    {seq, part, text}: text is the whole reply streamed so far
  *   send     {id, content, status: "pending"|"acked"|"refused", seq?, code?, message?}
- *   tool     {running}: the tool call in flight (pending_tool_call shape) or null
+ *   tool     {running}: the tool call in flight or waiting for approval
+ *            (pending_tool_call shape: status "started" or "awaiting_approval") or null
  *   synced   {lastSeq}: every entry up to lastSeq has been delivered
  *   auth     {need: "token"|"login", message}
  *   error    {code, message, id?, fatal?}
@@ -97,6 +106,7 @@ const DEFAULTS = {
   maxFrame: 65536, // the server's --max-frame (PROTOCOL.md default)
   maxContent: 0, // the server's --max-content, if known (0: let the server judge)
   historyPage: 200,
+  attach: "shared", // hello.attach on a resume (PROTOCOL.md: several connections on one session); null: none
 };
 
 const enc = new TextEncoder();
@@ -137,7 +147,7 @@ export class Tether {
     this.seen = new Set();
     /** Unacked sends by id, in the order they were made. */
     this.outbox = new Map();
-    for (const o of st.outbox || []) this.outbox.set(o.id, { id: o.id, content: o.content, metadata: o.metadata, retryAt: 0, errors: 0, strikes: 0 });
+    for (const o of st.outbox || []) this.outbox.set(o.id, { id: o.id, content: o.content, metadata: o.metadata, interrupt: !!o.interrupt, retryAt: 0, errors: 0, strikes: 0 });
     // {seq, part, text}: the reply being streamed. A saved one (state.stream)
     // is named in the first hello, so the server continues after its parts.
     const ss = st.stream;
@@ -152,7 +162,7 @@ export class Tether {
     this._wanted = false;
     this._attempt = 0;
     this._timers = {};
-    this._abandoned = new Set();
+    this._abandoned = new Map(); // socket -> release()
     this._restored = false;
     this._authFailures = 0;
     this._pingN = 0;
@@ -184,7 +194,7 @@ export class Tether {
     const st = {
       sessionId: this.sessionId,
       lastSeq: this.lastSeq,
-      outbox: [...this.outbox.values()].map(({ id, content, metadata }) => ({ id, content, metadata })),
+      outbox: [...this.outbox.values()].map(({ id, content, metadata, interrupt }) => (interrupt ? { id, content, metadata, interrupt } : { id, content, metadata })),
     };
     if (this.opts.history !== "all") st.holes = this.holes;
     return st;
@@ -230,11 +240,12 @@ export class Tether {
    * abandoned at once without a close handshake — its handlers are removed,
    * no close frame is sent, and nothing more is read from or written to it,
    * so the server learns nothing until the new connection resumes the session
-   * (the server then closes the old one with 4001, which this client ignores;
-   * if it is still open a minute later the browser is told to close it). The
-   * client then does exactly what it does when the heartbeat finds a silent
-   * connection: state "reconnecting", reconnect (within `backoffMin`), resume
-   * from the last seq, resend unacked sends with their ids.
+   * (the new connection attaches shared, so the server keeps the old one
+   * too; once the new one is live the old socket is closed, so it does not
+   * linger as one more connection of the session). The client then does
+   * exactly what it does when the heartbeat finds a silent connection: state
+   * "reconnecting", reconnect (within `backoffMin`), resume from the last
+   * seq, resend unacked sends with their ids.
    */
   drop() {
     if (!this._ws) return;
@@ -262,11 +273,15 @@ export class Tether {
    * `options.id` sets the send id (1–64 chars) instead of a random one, so
    * a caller that retries with its own id (an AI SDK message id) has it
    * stored once; an id already queued is not queued twice.
+   * `options.interrupt: true` sends it with PROTOCOL.md's `interrupt`: the
+   * turn running when it reaches the server is cancelled (as by `cancel()`)
+   * before this message's turn starts; without it the message waits for the
+   * running turn, as before.
    */
   send(content, metadata, options = {}) {
     const id = options.id === undefined ? newId("c-") : String(options.id);
     if (this.outbox.has(id)) return id;
-    const o = { id, content: String(content ?? ""), metadata, retryAt: 0, errors: 0, strikes: 0 };
+    const o = { id, content: String(content ?? ""), metadata, interrupt: !!options.interrupt, retryAt: 0, errors: 0, strikes: 0 };
     if (id.length < 1 || id.length > 64) return this._refuse(o, "bad_request", "a send id has 1 to 64 characters"), id;
     this._emit("send", { id: o.id, content: o.content, status: "pending" });
     const frameBytes = bytes(this._frame(o));
@@ -298,6 +313,19 @@ export class Tether {
     return this._write(f);
   }
 
+  /**
+   * Answers a tool call waiting for approval (a tool entry, or the session's
+   * pending_tool_call, with status "awaiting_approval") — PROTOCOL.md's
+   * `approve`. Sent when live; returns whether it was sent. The decision
+   * comes back as the call's next tool entry (status "approved" or
+   * "denied"); the first decision stands. A call not waiting is answered
+   * with an "error" event (bad_request).
+   */
+  approve(callId, approved) {
+    if (typeof callId !== "string" || !callId) return false;
+    return this._write({ type: "approve", call_id: callId, approved: !!approved });
+  }
+
   /** Ends the session for good (sent when live). */
   complete() { return this._write({ type: "complete" }); }
 
@@ -310,6 +338,7 @@ export class Tether {
   _frame(o) {
     const f = { type: "send", id: o.id, content: o.content };
     if (o.metadata) f.metadata = o.metadata;
+    if (o.interrupt) f.interrupt = true;
     return JSON.stringify(f);
   }
 
@@ -357,6 +386,7 @@ export class Tether {
       if (this.sessionId) {
         hello.session_id = this.sessionId;
         hello.last_seq = this.lastSeq;
+        if (this.opts.attach) hello.attach = this.opts.attach;
         if (this.stream && this.stream.seq > this.lastSeq) hello.stream = { seq: this.stream.seq, part: this.stream.part };
       }
       this._resumeFrom = this.sessionId ? this.lastSeq : null;
@@ -410,9 +440,9 @@ export class Tether {
       try { ws.close(1000); } catch { /* already closing */ }
       return;
     }
-    this._abandoned.add(ws);
     let timer;
     const release = () => { clearTimeout(timer); this._abandoned.delete(ws); };
+    this._abandoned.set(ws, release);
     ws.onclose = release;
     timer = setTimeout(() => { release(); try { ws.close(); } catch { /* gone */ } }, 60000);
   }
@@ -576,9 +606,23 @@ export class Tether {
     this._emit("session", f);
     this._setTool(f.pending_tool_call || null);
     this._liveInfo = { resumed: !!f.resumed, reason: f.reason };
+    this._closeAbandoned();
     this._setState("live", this._liveInfo);
     this._watch();
     if (!f.resumed) this._flush();
+  }
+
+  /**
+   * Closes the sockets drop() abandoned, now that a new one is live: the
+   * server learnt nothing from the drop, and with a shared attach it keeps
+   * an abandoned socket attached until it closes.
+   */
+  _closeAbandoned() {
+    for (const [ws, release] of this._abandoned) {
+      release();
+      ws.onclose = null;
+      try { ws.close(1000); } catch { /* gone */ }
+    }
   }
 
   _onBatch(f) {
@@ -659,8 +703,10 @@ export class Tether {
     if (this.stream && this.stream.seq === seq) this.stream = null;
     if (m.role === "tool" && source !== "history") {
       const known = this.tool && this.tool.call_id === md.call_id; // the session frame's pending_tool_call has more
-      if (md.status === "started" && !known) this._setTool({ call_id: md.call_id, name: md.name, args: md.args, status: "started", started_seq: seq });
-      else if (md.status !== "started" && known) this._setTool(null);
+      const waits = md.status === "awaiting_approval";
+      if ((md.status === "started" || waits) && !(known && this.tool.status === md.status)) {
+        this._setTool({ call_id: md.call_id, name: md.name, args: md.args ?? (known ? this.tool.args : undefined), status: md.status, started_seq: seq });
+      } else if (md.status !== "started" && !waits && known) this._setTool(null);
     }
     this._emit("entry", { seq, role: m.role, content: m.content, timestamp: m.timestamp, metadata: md, source });
     this._persist();
