@@ -3,7 +3,9 @@
 // an actor.OpenAIToolSource, so each of the model's steps is offered the
 // tools the servers offer at that moment, and each call the model asks
 // for is journaled by the actor like any tool call (started before it
-// runs, its result after).
+// runs, its result after). A call asks for progress notifications; the
+// newest one is kept as the pending call's partial result, as a built-in
+// tool's progress is.
 //
 // What a tool's annotations say decides what a crash and a call do (the
 // MCP defaults, as the specification states them, apply to a hint that is

@@ -34,6 +34,10 @@ type server struct {
 	mu sync.Mutex
 	st serverState
 	cs *mcp.ClientSession // the live session; nil while down
+	// progress routes the server's progress notifications to the call
+	// whose token they carry; calls counts the tokens handed out.
+	progress map[string]func(string)
+	calls    uint64
 }
 
 // serverState is what the Set offers of a server.
@@ -48,6 +52,7 @@ func newServer(set *Set, cfg Server) *server {
 		set: set, cfg: cfg,
 		log:     set.log.With("mcp_server", cfg.Name, "url", redacted(cfg.URL)),
 		changed: make(chan struct{}, 1), broken: make(chan *mcp.ClientSession, 1), tried: make(chan struct{}),
+		progress: make(map[string]func(string)),
 	}
 	var rt http.RoundTripper = set.transport
 	if len(cfg.Header) > 0 {
@@ -63,7 +68,8 @@ func newServer(set *Set, cfg Server) *server {
 			default: // a relist is already due
 			}
 		},
-		KeepAlive: set.cfg.KeepAlive,
+		ProgressNotificationHandler: s.onProgress,
+		KeepAlive:                   set.cfg.KeepAlive,
 		// Tether declares no client features: no roots, no sampling.
 		Capabilities: &mcp.ClientCapabilities{},
 	}
@@ -225,18 +231,55 @@ func (s *server) unavailable() error {
 	return fmt.Errorf("MCP server %s is unavailable: %v", s.cfg.Name, s.clean(s.state().err))
 }
 
-// call runs a tool on the server.
-func (s *server) call(ctx context.Context, tool string, args map[string]any) (string, error) {
+// onProgress hands a progress notification to its call, which keeps it
+// as the pending call's partial result (shown in session snapshots).
+func (s *server) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p := req.Params
+	tok, _ := p.ProgressToken.(string)
+	s.mu.Lock()
+	f := s.progress[tok]
+	s.mu.Unlock()
+	if f == nil {
+		return // a call that ended, or a token not ours
+	}
+	msg := p.Message
+	switch {
+	case msg != "":
+	case p.Total > 0:
+		msg = fmt.Sprintf("%g of %g", p.Progress, p.Total)
+	default:
+		msg = fmt.Sprintf("%g", p.Progress)
+	}
+	f(msg)
+}
+
+// call runs a tool on the server; the server's progress notifications
+// for it go to progress.
+func (s *server) call(ctx context.Context, tool string, args map[string]any, progress func(string)) (string, error) {
 	s.mu.Lock()
 	cs := s.cs
+	s.calls++
+	tok := fmt.Sprintf("tether-%d", s.calls)
+	if progress != nil {
+		s.progress[tok] = progress
+	}
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.progress, tok)
+		s.mu.Unlock()
+	}()
 	if cs == nil {
 		return "", s.unavailable()
 	}
 	timeout := s.set.cfg.CallTimeout
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if progress != nil {
+		params.SetProgressToken(tok)
+	}
+	res, err := cs.CallTool(cctx, params)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", err // cut short by the actor, which decides what it was

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,5 +355,45 @@ func TestConfigChecks(t *testing.T) {
 			s.Close()
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A server's progress notifications for a call reach the call's progress
+// (the actor keeps the newest as the pending call's partial result).
+func TestCallProgress(t *testing.T) {
+	srv := mcptest.Start(t, "s")
+	seen := make(chan string, 4)
+	srv.Tool("slow", &mcp.ToolAnnotations{ReadOnlyHint: true}, func(ctx context.Context, _ map[string]any, _ int) (*mcp.CallToolResult, error) {
+		for i, msg := range []string{"first half", ""} {
+			if err := mcptest.Progress(ctx, msg, float64(i+1)); err != nil {
+				return nil, err
+			}
+		}
+		// The client handles notifications apart from the call's answer:
+		// answer once both arrived, as a slow tool would.
+		for range 2 {
+			select {
+			case <-seen:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return mcptest.Text("done"), nil
+	})
+	s := newSet(t, nil, Server{Name: "s", URL: srv.URL})
+	var mu sync.Mutex
+	var got []string
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	res, err := want2(t, s, "slow").Run(ctx, nil, func(p string) {
+		mu.Lock()
+		got = append(got, p)
+		mu.Unlock()
+		seen <- p
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || res != "done" || strings.Join(got, "|") != "first half|2" {
+		t.Fatalf("slow: %q %v, progress %q", res, err, got)
 	}
 }

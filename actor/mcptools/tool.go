@@ -47,8 +47,8 @@ func (s *server) openAITool(name string, t *mcp.Tool) actor.OpenAITool {
 	return actor.OpenAITool{
 		Tool: actor.Tool{
 			Name: name, Idempotent: idempotent, Approval: approval,
-			Run: func(ctx context.Context, args map[string]any, _ func(string)) (string, error) {
-				return s.call(ctx, mcpName, args)
+			Run: func(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
+				return s.call(ctx, mcpName, args, progress)
 			},
 		},
 		Description: desc,

@@ -90,8 +90,25 @@ func (s *Server) Tool(name string, ann *mcp.ToolAnnotations, run Handler) {
 				return nil, err
 			}
 		}
+		if tok := req.Params.GetProgressToken(); tok != nil {
+			ctx = context.WithValue(ctx, progressKey{}, func(msg string, done float64) error {
+				return req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: msg, Progress: done})
+			})
+		}
 		return run(ctx, args, n)
 	})
+}
+
+type progressKey struct{}
+
+// Progress sends a progress notification for the call a Handler runs
+// (msg, and done as its progress); it does nothing when the client asked
+// for none (no progress token).
+func Progress(ctx context.Context, msg string, done float64) error {
+	if f, ok := ctx.Value(progressKey{}).(func(string, float64) error); ok {
+		return f(msg, done)
+	}
+	return nil
 }
 
 // Calls is how often the named tool was called.
