@@ -171,7 +171,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		for i, kl := range []struct {
 			every time.Duration
 			sig   syscall.Signal
-		}{{b.cfg.KillEvery, syscall.SIGKILL}, {b.cfg.TermEvery, syscall.SIGTERM}} {
+		}{{b.cfg.KillEvery, syscall.SIGKILL}, {b.cfg.TermEvery, syscall.SIGTERM}, {b.cfg.PauseEvery, syscall.SIGSTOP}} {
 			if kl.every > 0 {
 				killers.Add(1)
 				rng := mrand.New(mrand.NewPCG(b.seed, uint64(1<<40+i)))

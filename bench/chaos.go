@@ -127,10 +127,11 @@ func (b *Bench) resumedAfter(lostAt, now time.Time) {
 
 // killLoop signals a random running node at every multiple of `every`
 // from the start (at once if a restart ran late), and restarts it after
-// cfg.Down; one node is down at a time.
+// cfg.Down — or, for SIGSTOP, continues it after cfg.PauseFor; one node
+// is down at a time.
 func (b *Bench) killLoop(ctx context.Context, every time.Duration, sig syscall.Signal, rng *rand.Rand) {
-	name := map[syscall.Signal]string{syscall.SIGKILL: "KILL", syscall.SIGTERM: "TERM"}[sig]
-	kind := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term"}[sig]
+	name := map[syscall.Signal]string{syscall.SIGKILL: "KILL", syscall.SIGTERM: "TERM", syscall.SIGSTOP: "STOP"}[sig]
+	kind := map[syscall.Signal]string{syscall.SIGKILL: "kill", syscall.SIGTERM: "term", syscall.SIGSTOP: "pause"}[sig]
 	next := b.start
 	for {
 		next = next.Add(every)
@@ -154,13 +155,37 @@ func (b *Bench) killLoop(ctx context.Context, every time.Duration, sig syscall.S
 		b.kills = append(b.kills, k)
 		b.killMu.Unlock()
 		b.rec.Mark(Marker{At: k.At.Sub(b.start), Label: name + " " + k.Node, Kind: kind})
-		if err := b.local.Signal(i, sig); err != nil {
+		signal := func() error { return b.local.Signal(i, sig) }
+		if sig == syscall.SIGSTOP {
+			signal = func() error { return b.local.Pause(i, true) }
+		}
+		if err := signal(); err != nil {
 			b.cfg.Logger.Error("signal node", "node", k.Node, "err", err)
 		}
-		sleepCtx(ctx, b.cfg.Down)
-		b.restart(i, k)
+		if sig == syscall.SIGSTOP {
+			b.cont(ctx, i, k)
+		} else {
+			sleepCtx(ctx, b.cfg.Down)
+			b.restart(i, k)
+		}
 		b.nodeMu.Unlock()
 	}
+}
+
+// cont lets paused node i run again after cfg.PauseFor (at once if the
+// phase ends: the drain needs it).
+func (b *Bench) cont(ctx context.Context, i int, k *killRec) {
+	sleepCtx(ctx, b.cfg.PauseFor)
+	if err := b.local.Pause(i, false); err != nil {
+		b.rec.Error("node_continue", time.Now())
+		b.cfg.Logger.Error("continue node", "node", k.Node, "err", err)
+		return
+	}
+	now := time.Now()
+	b.killMu.Lock()
+	k.RestartedAt = now
+	b.killMu.Unlock()
+	b.rec.Mark(Marker{At: now.Sub(b.start), Label: "cont " + k.Node, Kind: "restart"})
 }
 
 // restart starts node i again (with a context of its own: the phase may

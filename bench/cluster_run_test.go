@@ -10,8 +10,9 @@ import (
 
 // A short run against three real local nodes in a cluster (replicas 2,
 // fast failure detection), a random node SIGKILLed every 8 s and
-// restarted: users drop, go silent and resume through other nodes, and
-// every session verifies with zero violations.
+// restarted, and one paused (SIGSTOP) every 9 s for 3 s, long enough to
+// be declared dead, then continued: users drop, go silent and resume
+// through other nodes, and every session verifies with zero violations.
 func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three real nodes for ~30s")
@@ -24,6 +25,7 @@ func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 		Sessions:   40, Ramp: 2 * time.Second, Duration: 20 * time.Second, Rate: 1,
 		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
 		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond, KillEvery: 8 * time.Second, Down: time.Second,
+		PauseEvery: 9 * time.Second, PauseFor: 3 * time.Second,
 		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,
 		Out: &out, Err: &errOut,
 	})
@@ -44,8 +46,8 @@ func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 	switch {
 	case !rep.Passed || c.Violations != 0:
 		t.Fatalf("violations:\n%s\n%s", out.String(), errOut.String())
-	case c.NodeKills < 2:
-		t.Fatalf("%d node kills, want at least 2", c.NodeKills)
+	case c.NodeKills < 2 || c.NodePauses < 1:
+		t.Fatalf("%d node kills, %d pauses; want at least 2 and 1", c.NodeKills, c.NodePauses)
 	case c.AckedSends < 100 || c.AcksVerified+c.UncheckedAcks != c.AckedSends:
 		t.Fatalf("acks: %+v", c)
 	case c.SessionsVerified+c.SessionsExpired != int(c.Sessions) || c.SessionsVerified == 0:

@@ -70,6 +70,12 @@ type Config struct {
 	// SIGKILLed, every TermEvery one gets SIGTERM; it is restarted on the
 	// same data dir after Down (default 2s).
 	KillEvery, TermEvery, Down time.Duration
+	// PauseEvery (Local only): every PauseEvery a random node is stopped
+	// (SIGSTOP) for PauseFor (default 8s, long enough for the others to
+	// declare it dead with the default timing), then continued (SIGCONT):
+	// a paused process, a VM migrating, a GC pause of minutes. Its
+	// sessions move while it sleeps; when it wakes it must step down.
+	PauseEvery, PauseFor time.Duration
 
 	// Client tuning.
 	MaxBackoff   time.Duration // the clients' reconnect backoff cap. Default 1s.
@@ -132,6 +138,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "window", 0, "reconnect window: the local nodes' --window (default 5m), or the deployment's")
 	fs.DurationVar(&c.KillEvery, "kill-every", 0, "with --local: SIGKILL a random node this often")
 	fs.DurationVar(&c.TermEvery, "term-every", 0, "with --local: SIGTERM a random node this often")
+	fs.DurationVar(&c.PauseEvery, "pause-every", 0, "with --local: SIGSTOP a random node this often, SIGCONT after --pause-for")
+	fs.DurationVar(&c.PauseFor, "pause-for", 8*time.Second, "how long a paused node stays stopped")
 	fs.DurationVar(&c.Down, "down", 2*time.Second, "a killed node stays down this long")
 	fs.DurationVar(&c.MaxBackoff, "max-backoff", time.Second, "clients' reconnect backoff cap")
 	fs.DurationVar(&c.ReplyTimeout, "reply-timeout", 30*time.Second, "how long a user waits for a reply")
@@ -225,8 +233,10 @@ func (c *Config) validate() error {
 		return errors.New("bench: --local needs the tether binary (--server-bin)")
 	case c.Local == 0 && c.JWTSecret == "" && !c.DevTokens:
 		return errors.New("bench: with --url, give --jwt-secret S (the nodes' secret) or --dev-tokens")
-	case c.Local == 0 && (c.KillEvery > 0 || c.TermEvery > 0):
-		return errors.New("bench: --kill-every and --term-every need --local")
+	case c.Local == 0 && (c.KillEvery > 0 || c.TermEvery > 0 || c.PauseEvery > 0):
+		return errors.New("bench: --kill-every, --term-every and --pause-every need --local")
+	case c.PauseEvery > 0 && c.PauseFor <= 0:
+		return errors.New("bench: --pause-for must be positive")
 	case c.Sessions < 1 || c.Rate <= 0 || c.Duration <= 0 || c.Ramp < 0:
 		return errors.New("bench: --sessions, --rate and --duration must be positive")
 	case c.Agent != "echo" && c.Agent != "demo":

@@ -298,6 +298,26 @@ func (l *Local) Signal(i int, sig syscall.Signal) error {
 	return nil
 }
 
+// Pause stops node i's process (SIGSTOP) or, with pause false, lets it
+// run again (SIGCONT). Unlike Signal it does not wait: the process stays.
+func (l *Local) Pause(i int, pause bool) error {
+	n := l.nodes[i]
+	n.mu.Lock()
+	cmd, running := n.cmd, n.runningLocked()
+	n.mu.Unlock()
+	if !running {
+		return nil
+	}
+	sig := syscall.SIGCONT
+	if pause {
+		sig = syscall.SIGSTOP
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("bench: signal %s: %w", n.name, err)
+	}
+	return nil
+}
+
 // Close stops every node with SIGTERM (SIGKILL after 20s).
 func (l *Local) Close() error {
 	var wg sync.WaitGroup

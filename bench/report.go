@@ -62,19 +62,21 @@ type Target struct {
 
 // Scenario is the load that was run.
 type Scenario struct {
-	Sessions   int     `json:"sessions"`
-	AgentUsers int     `json:"agent_users"`
-	RampS      float64 `json:"ramp_s"`
-	DurationS  float64 `json:"duration_s"`
-	Rate       float64 `json:"rate"`
-	AgentMix   float64 `json:"agent_mix"`
-	DropEveryS float64 `json:"drop_every_s"`
-	SilentFrac float64 `json:"silent_frac"`
-	AwayMaxS   float64 `json:"away_max_s"`
-	ExpireFrac float64 `json:"expire_frac"`
-	KillEveryS float64 `json:"kill_every_s"`
-	TermEveryS float64 `json:"term_every_s"`
-	DownS      float64 `json:"down_s"`
+	Sessions    int     `json:"sessions"`
+	AgentUsers  int     `json:"agent_users"`
+	RampS       float64 `json:"ramp_s"`
+	DurationS   float64 `json:"duration_s"`
+	Rate        float64 `json:"rate"`
+	AgentMix    float64 `json:"agent_mix"`
+	DropEveryS  float64 `json:"drop_every_s"`
+	SilentFrac  float64 `json:"silent_frac"`
+	AwayMaxS    float64 `json:"away_max_s"`
+	ExpireFrac  float64 `json:"expire_frac"`
+	KillEveryS  float64 `json:"kill_every_s"`
+	TermEveryS  float64 `json:"term_every_s"`
+	DownS       float64 `json:"down_s"`
+	PauseEveryS float64 `json:"pause_every_s,omitempty"`
+	PauseForS   float64 `json:"pause_for_s,omitempty"`
 }
 
 // Counts are the run's totals.
@@ -98,6 +100,7 @@ type Counts struct {
 	Silences         int64  `json:"silences"`
 	NodeKills        int    `json:"node_kills"`
 	NodeTerms        int    `json:"node_terms"`
+	NodePauses       int    `json:"node_pauses"`
 	EntriesSeen      int    `json:"entries_seen"`
 	EntriesReread    int    `json:"entries_reread"`
 	EntriesCompared  int    `json:"entries_compared"`
@@ -186,6 +189,7 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 			AgentMix: b.cfg.AgentMix, DropEveryS: max(b.cfg.DropEvery, 0).Seconds(), SilentFrac: b.cfg.SilentFrac,
 			AwayMaxS: b.cfg.AwayMax.Seconds(), ExpireFrac: b.cfg.ExpireFrac, KillEveryS: b.cfg.KillEvery.Seconds(),
 			TermEveryS: b.cfg.TermEvery.Seconds(), DownS: b.cfg.Down.Seconds(),
+			PauseEveryS: b.cfg.PauseEvery.Seconds(), PauseForS: b.cfg.PauseFor.Seconds(),
 		},
 		Counts: Counts{
 			Users: len(b.users), Sessions: c[CNewSessions], SessionsVerified: vc.Verified, SessionsExpired: vc.Expired,
@@ -243,9 +247,12 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 			v := float64(k.FirstResume.Sub(k.At)) / float64(time.Millisecond)
 			kr.FirstResumeMs = &v
 		}
-		if k.Signal == "KILL" {
+		switch k.Signal {
+		case "KILL":
 			r.Counts.NodeKills++
-		} else {
+		case "STOP":
+			r.Counts.NodePauses++
+		default:
 			r.Counts.NodeTerms++
 		}
 		r.Kills = append(r.Kills, kr)
@@ -356,7 +363,7 @@ func (r *Report) SummaryRows() [][2]string {
 			c.Sends, c.AckedSends, c.AcksVerified, c.Replies, c.ToolCalls)},
 		{"rates", fmt.Sprintf("%.1f sends/s, %.1f replies/s, %.2f resumes/s, %.2f disconnects/s",
 			r.Rates.SendsPerS, r.Rates.RepliesPerS, r.Rates.ResumesPerS, r.Rates.DisconnectsPerS)},
-		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms", c.Drops, c.Silences, c.NodeKills, c.NodeTerms)},
+		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms, %d node pauses", c.Drops, c.Silences, c.NodeKills, c.NodeTerms, c.NodePauses)},
 		{"entries", fmt.Sprintf("%d seen live, %d read back (%d compared); client repaired %d gaps, dropped %d duplicates, resent %d",
 			c.EntriesSeen, c.EntriesReread, c.EntriesCompared, c.ClientGaps, c.ClientDuplicates, c.ClientResends)},
 	}
