@@ -273,7 +273,9 @@ func (ch *chat) line(c *Client, line string) (quit bool) {
 			}
 		}
 		ch.enqueue(job{cmd: cmd, n: n})
-	case "/complete", "/stop", "/approve", "/deny":
+	case "/complete":
+		ch.enqueue(job{cmd: cmd})
+	case "/stop", "/approve", "/deny":
 		if arg != "" {
 			ch.p.linef("%s takes no argument; %s", cmd, ChatHelp)
 			return false

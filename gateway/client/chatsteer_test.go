@@ -112,4 +112,16 @@ func TestChatShared(t *testing.T) {
 			t.Fatalf("a chat was superseded:\n%s", r.out.String())
 		}
 	}
+
+	// The whole transcript again: the call decided since is not shown as
+	// waiting.
+	cfg.LastSeq = 0
+	c := startChat(t, ChatConfig{Client: cfg})
+	c.waitFor(`\[14\] agent: I searched for "from a"`)
+	c.typeLine("/approve")
+	c.waitFor(`/approve: no tool call is waiting for your approval`)
+	if text := c.out.String(); strings.Contains(text, "is waiting for your approval:") ||
+		!strings.Contains(text, `[2] tool: booking awaiting_approval {"request":"book a car"}`) {
+		t.Fatalf("transcript:\n%s", text)
+	}
 }

@@ -80,6 +80,9 @@ type printer struct {
 	notify   chan struct{} // closed and replaced on every entry
 	// The newest tool call waiting for approval with no decision seen.
 	waitID, waitName string
+	// The last hello's session: its last seq and the call waiting then.
+	helloLast uint64
+	helloWait string
 }
 
 func newPrinter(w io.Writer) *printer { return &printer{w: w, notify: make(chan struct{})} }
@@ -138,7 +141,10 @@ func (p *printer) message(m wire.Message) {
 		id, _ := m.Metadata["call_id"].(string)
 		switch m.Metadata["status"] {
 		case statusAwaiting:
-			p.waitID, _ = m.Metadata["call_id"].(string)
+			if m.Seq <= p.helloLast && id != p.helloWait {
+				break // replayed, and decided since: the decision follows
+			}
+			p.waitID = id
 			p.waitName, _ = m.Metadata["name"].(string)
 			fmt.Fprintln(p.w, approvalHint(p.waitName))
 		default: // decided (here or elsewhere), or running, or done
@@ -184,7 +190,7 @@ func (p *printer) restart(last uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.printed, p.replied, p.users = last, 0, 0
-	p.waitID, p.waitName = "", ""
+	p.waitID, p.waitName, p.helloLast, p.helloWait = "", "", 0, ""
 }
 
 // pending takes a session frame's pending tool call, the session's state
@@ -192,13 +198,16 @@ func (p *printer) restart(last uint64) {
 // approval whose entry was printed already, or comes before what Chat
 // shows (--last-seq), is shown once the session is attached if it is
 // news; one whose entry is still to come is shown with it.
-func (p *printer) pending(pt *wire.PendingTool) (show bool) {
+func (p *printer) pending(f wire.SessionFrame) (show bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	pt := f.PendingToolCall
+	p.helloLast, p.helloWait = f.LastSeq, ""
 	if pt == nil || pt.Status != statusAwaiting {
 		p.waitID, p.waitName = "", ""
 		return false
 	}
+	p.helloWait = pt.CallID
 	if pt.CallID == p.waitID {
 		return false
 	}
@@ -276,7 +285,7 @@ func (v *view) handle(ev any) {
 		v.session = ev.f
 		v.chat.window.Store(int64(ev.f.WindowS * float64(time.Second)))
 		v.hint = ""
-		if v.p.pending(ev.f.PendingToolCall) {
+		if v.p.pending(ev.f) {
 			v.hint = ev.f.PendingToolCall.Name
 		}
 	case connectEv:

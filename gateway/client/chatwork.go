@@ -10,8 +10,9 @@ import (
 
 // The chat's work besides printing: typed lines are read on one
 // goroutine, and what needs the server (sends, /context, /history,
-// /complete, /stop, /approve, /deny) runs on another, in the order it was typed, so that the
-// line after a message is read while the message waits for its ack.
+// /complete, /stop, /approve, /deny) runs on another, in the order it
+// was typed, so that the line after a message is read while the message
+// waits for its ack.
 
 func (ch *chat) enqueue(j job) {
 	ch.pending.Add(1)
