@@ -24,7 +24,7 @@ func (m *Main) chat(ctx context.Context, args []string) error {
 	urls := fs.String("url", env("TETHER_URL", "ws://127.0.0.1:8080/v1/ws"), "node WebSocket URL(s), comma-separated [TETHER_URL]")
 	tok := fs.String("token", env("TETHER_TOKEN", ""), "JWT to say hello with [TETHER_TOKEN]")
 	user := fs.String("user", "", "ask the node's POST /dev/token for a token for this user (needs serve --dev-tokens)")
-	session := fs.String("session", "", "session id to resume; its transcript is printed from the start")
+	session := fs.String("session", "", "session id to resume (attached shared: other chats and tabs on it stay live); its transcript is printed from the start")
 	lastSeq := fs.Uint64("last-seq", 0, "with --session: print only the entries after this seq (default: all)")
 	pingAfter := fs.Duration("ping-after", 10*time.Second, "ping the server after this long without hearing from it")
 	pongTimeout := fs.Duration("pong-timeout", 5*time.Second, "treat the connection as lost when a ping is not answered within this")

@@ -262,3 +262,60 @@ func TestChatBlackholeDefaults(t *testing.T) {
 	}
 	t.Logf("loss shown after %v", took)
 }
+
+// TestChatSteerShared: two `tether chat` on one session (attached shared)
+// both stay live; /approve, /deny and /stop typed into either act on the
+// session, and both show what happened.
+func TestChatSteerShared(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, t.TempDir(), "--agent", "demo", "--demo-search-delay", "60ms", "--demo-stream-delay", "100ms")
+	tok := token(t, "alice")
+	a := startChatProc(t, "--url", p.wsURL(), "--token", tok)
+	sid := a.waitFor(`session (\w+) started`)[1]
+	a.typeLine("/approve")
+	a.waitFor(`/approve: no tool call is waiting for your approval\n`)
+	a.typeLine("book a table")
+	a.waitFor(`\[2\] tool: booking awaiting_approval \{"request":"book a table"\}\ntool booking is waiting for your approval: /approve or /deny\n`)
+	a.typeLine("/approve")
+	a.waitFor(`\[3\] tool: booking approved by alice\n`)
+	a.waitFor(`\[6\] agent: Booked: confirmation for "book a table"\n`)
+
+	b := startChatProc(t, "--url", p.wsURL(), "--token", tok, "--session", sid)
+	b.waitFor(`session ` + sid + ` resumed, 6 entries`)
+	b.waitFor(`\[6\] agent: Booked`)
+	b.typeLine("book a room")
+	a.waitFor(`\[7\] user: book a room\n\[8\] tool: booking awaiting_approval \{"request":"book a room"\}\ntool booking is waiting for your approval`)
+	a.typeLine("/deny")
+	for _, c := range []*chatProc{a, b} {
+		c.waitFor(`\[9\] tool: booking denied by alice\n`)
+		c.waitFor(`\[10\] agent: You declined the booking, so nothing was done for "book a room".\n`)
+	}
+	b.typeLine("/deny")
+	b.waitFor(`/deny: no tool call is waiting for your approval\n`)
+
+	// A long query: its reply streams for seconds, word by word.
+	b.typeLine("laptops with a long battery life and a light body for travel and work")
+	a.waitFor(`\[14\] agent \(streaming\): I `)
+	a.typeLine("/stop")
+	a.waitFor(`stopping the running turn\n`)
+	for _, c := range []*chatProc{a, b} {
+		c.waitFor(`\[14\] agent \(cancelled\): I `)
+	}
+	code, snap := p.snapshot(sid, tok)
+	if code != http.StatusOK || len(snap.Messages) == 0 {
+		t.Fatalf("snapshot: HTTP %d, %+v", code, snap)
+	}
+	last := snap.Messages[len(snap.Messages)-1]
+	if last.Seq != 14 || last.Role != "agent" || last.Metadata["cancelled"] != true || strings.Contains(last.Content, "Found 3 results") {
+		t.Fatalf("the stopped reply's entry: %+v", last)
+	}
+	for _, c := range []*chatProc{a, b} {
+		c.typeLine("/quit")
+		if code := c.exit(); code != 0 {
+			t.Fatalf("exit %d\nstderr:\n%s", code, c.stderr())
+		}
+		if strings.Contains(c.stdout(), "another connection") {
+			t.Fatalf("a chat was superseded:\n%s", c.stdout())
+		}
+	}
+}

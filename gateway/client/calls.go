@@ -19,11 +19,17 @@ const (
 	kindHistory
 	kindContext
 	kindComplete
+	kindCancel
+	kindApprove
 )
 
 func (k kind) String() string {
-	return [...]string{"send", "history", "context", "complete"}[k]
+	return [...]string{"send", "history", "context", "complete", "cancel", "approve"}[k]
 }
+
+// unanswered says the server sends nothing back for a frame of kind k
+// (cancel, approve): the call is done once the frame is written.
+func (k kind) unanswered() bool { return k == kindCancel || k == kindApprove }
 
 // call is one API request waiting for its answer. Only the manager
 // touches it after it is submitted.
@@ -157,6 +163,12 @@ func (m *manager) write(s *sock, cl *call) {
 		s.ctxq = append(s.ctxq, cl)
 	}
 	m.writeData(s, cl.data)
+	if cl.kind.unanswered() && s.werr == nil {
+		// Written is done: the server answers these with nothing but
+		// the entries they cause. Never written again.
+		m.calls = slices.DeleteFunc(m.calls, func(x *call) bool { return x == cl })
+		m.answer(cl, result{})
+	}
 }
 
 func (m *manager) writeData(s *sock, data []byte) {

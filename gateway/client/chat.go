@@ -15,7 +15,7 @@ import (
 )
 
 // ChatHelp lists the commands Chat understands.
-const ChatHelp = `commands: /context key=value ...  /history [N]  /drop  /complete  /quit  /help`
+const ChatHelp = `commands: /stop  /approve  /deny  /context key=value ...  /history [N]  /drop  /complete  /quit  /help`
 
 // ChatConfig configures Chat.
 type ChatConfig struct {
@@ -44,7 +44,13 @@ type ChatConfig struct {
 // with / is a command (ChatHelp); /drop and /quit act at once, the other
 // commands in order with the sends. Every entry of the session is printed
 // as "[seq] role: content" (tool entries as "[seq] tool: name status:
-// result"), a streamed reply as it grows. A send the server refuses
+// result"), a streamed reply as it grows. A tool call waiting for the
+// user's approval is shown with how to decide it; /approve and /deny
+// decide the newest one still waiting, /stop cancels the turn running
+// (its text so far stays, marked cancelled). Chat attaches shared
+// (Config.Shared): a second terminal, or a browser tab, on the same
+// session stays live, and each shows what the other sent and decided.
+// A send the server refuses
 // (too_large, bad_request, over the frame limit) is reported and the
 // chat goes on.
 //
@@ -70,6 +76,7 @@ func Chat(ctx context.Context, cfg ChatConfig) error {
 		<-ch.workerDone
 	}()
 	ccfg := cfg.Client
+	ccfg.Shared = true
 	for {
 		next, err := ch.run(ctx, ccfg, lines)
 		if next == nil {
@@ -267,6 +274,12 @@ func (ch *chat) line(c *Client, line string) (quit bool) {
 		}
 		ch.enqueue(job{cmd: cmd, n: n})
 	case "/complete":
+		ch.enqueue(job{cmd: cmd})
+	case "/stop", "/approve", "/deny":
+		if arg != "" {
+			ch.p.linef("%s takes no argument; %s", cmd, ChatHelp)
+			return false
+		}
 		ch.enqueue(job{cmd: cmd})
 	case "/help":
 		ch.p.linef("%s", ChatHelp)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,15 +20,42 @@ import (
 // FormatMessage renders an entry as Chat prints it.
 func FormatMessage(m wire.Message) string {
 	if m.Role != wire.RoleTool {
-		return fmt.Sprintf("[%d] %s: %s", m.Seq, m.Role, m.Content)
+		role := m.Role
+		if m.Metadata["cancelled"] == true && m.Role == wire.RoleAgent {
+			role += " (cancelled)"
+		}
+		return fmt.Sprintf("[%d] %s: %s", m.Seq, role, m.Content)
 	}
 	name, _ := m.Metadata["name"].(string)
 	status, _ := m.Metadata["status"].(string)
 	s := fmt.Sprintf("[%d] tool: %s %s", m.Seq, name, status)
-	if m.Content != "" {
+	switch status {
+	case statusAwaiting:
+		if args, ok := m.Metadata["args"].(map[string]any); ok && len(args) > 0 {
+			b, _ := json.Marshal(args)
+			s += " " + string(b)
+		}
+	case statusApproved, statusDenied:
+		if by, _ := m.Metadata["by"].(string); by != "" {
+			s += " by " + by
+		}
+	}
+	if m.Content != "" && m.Content != status {
 		s += ": " + m.Content
 	}
 	return s
+}
+
+// Tool statuses of PROTOCOL.md that Chat acts on.
+const (
+	statusAwaiting = "awaiting_approval"
+	statusApproved = "approved"
+	statusDenied   = "denied"
+)
+
+// approvalHint is what Chat shows for a call waiting for approval.
+func approvalHint(name string) string {
+	return fmt.Sprintf("tool %s is waiting for your approval: /approve or /deny", name)
 }
 
 // What the open (unterminated) output line is.
@@ -48,7 +76,13 @@ type printer struct {
 	partText string
 	printed  uint64        // newest seq printed
 	replied  uint64        // newest user seq an agent or system entry answered
+	users    uint64        // newest user entry printed
 	notify   chan struct{} // closed and replaced on every entry
+	// The newest tool call waiting for approval with no decision seen.
+	waitID, waitName string
+	// The last hello's session: its last seq and the call waiting then.
+	helloLast uint64
+	helloWait string
 }
 
 func newPrinter(w io.Writer) *printer { return &printer{w: w, notify: make(chan struct{})} }
@@ -96,9 +130,27 @@ func (p *printer) message(m wire.Message) {
 	p.closeOpen()
 	fmt.Fprintln(p.w, FormatMessage(m))
 	p.printed = max(p.printed, m.Seq)
-	if m.Role == wire.RoleAgent || m.Role == wire.RoleSystem {
+	switch m.Role {
+	case wire.RoleAgent, wire.RoleSystem:
 		if to, ok := m.Metadata["reply_to"].(float64); ok && to > 0 {
 			p.replied = max(p.replied, uint64(to))
+		}
+	case wire.RoleUser:
+		p.users = max(p.users, m.Seq)
+	case wire.RoleTool:
+		id, _ := m.Metadata["call_id"].(string)
+		switch m.Metadata["status"] {
+		case statusAwaiting:
+			if m.Seq <= p.helloLast && id != p.helloWait {
+				break // replayed, and decided since: the decision follows
+			}
+			p.waitID = id
+			p.waitName, _ = m.Metadata["name"].(string)
+			fmt.Fprintln(p.w, approvalHint(p.waitName))
+		default: // decided (here or elsewhere), or running, or done
+			if id != "" && id == p.waitID {
+				p.waitID, p.waitName = "", ""
+			}
 		}
 	}
 	close(p.notify)
@@ -137,7 +189,54 @@ func (p *printer) caughtUp(sent, last uint64) (bool, <-chan struct{}) {
 func (p *printer) restart(last uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.printed, p.replied = last, 0
+	p.printed, p.replied, p.users = last, 0, 0
+	p.waitID, p.waitName, p.helloLast, p.helloWait = "", "", 0, ""
+}
+
+// pending takes a session frame's pending tool call, the session's state
+// as of the hello, and says whether to show it: a call waiting for
+// approval whose entry was printed already, or comes before what Chat
+// shows (--last-seq), is shown once the session is attached if it is
+// news; one whose entry is still to come is shown with it.
+func (p *printer) pending(f wire.SessionFrame) (show bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pt := f.PendingToolCall
+	p.helloLast, p.helloWait = f.LastSeq, ""
+	if pt == nil || pt.Status != statusAwaiting {
+		p.waitID, p.waitName = "", ""
+		return false
+	}
+	p.helloWait = pt.CallID
+	if pt.CallID == p.waitID {
+		return false
+	}
+	p.waitID, p.waitName = pt.CallID, pt.Name
+	return pt.StartedSeq <= p.printed
+}
+
+// waiting is the newest call waiting for approval, "" when none is.
+func (p *printer) waiting() (id, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waitID, p.waitName
+}
+
+// decided forgets the waiting call id: a decision for it was sent.
+func (p *printer) decided(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitID == id {
+		p.waitID, p.waitName = "", ""
+	}
+}
+
+// running reports whether a turn may be running: a user entry (the
+// newest printed, or sent, the newest the chat sent) has no answer yet.
+func (p *printer) running(sent uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.users, sent) > p.replied
 }
 
 func (p *printer) lastPrinted() uint64 {
@@ -169,6 +268,7 @@ type view struct {
 	live     bool
 	lastSeq  uint64 // the chat started after this seq
 	session  wire.SessionFrame
+	hint     string // a waiting call to show once connected
 	sid      string // the session the chat shows
 	online   bool
 	ever     bool      // connected once
@@ -184,6 +284,10 @@ func (v *view) handle(ev any) {
 	case sessionEv:
 		v.session = ev.f
 		v.chat.window.Store(int64(ev.f.WindowS * float64(time.Second)))
+		v.hint = ""
+		if v.p.pending(ev.f) {
+			v.hint = ev.f.PendingToolCall.Name
+		}
 	case connectEv:
 		v.connected(ev.url)
 	case disconnectEv:
@@ -200,6 +304,14 @@ func (v *view) handle(ev any) {
 }
 
 func (v *view) connected(url string) {
+	v.attached(url)
+	if v.hint != "" {
+		v.p.linef("%s", approvalHint(v.hint))
+		v.hint = ""
+	}
+}
+
+func (v *view) attached(url string) {
 	f := v.session
 	wasEver := v.ever
 	v.online, v.ever, v.retryAt, v.failures, v.lastErr = true, true, time.Time{}, 0, ""

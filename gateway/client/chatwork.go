@@ -10,8 +10,9 @@ import (
 
 // The chat's work besides printing: typed lines are read on one
 // goroutine, and what needs the server (sends, /context, /history,
-// /complete) runs on another, in the order it was typed, so that the
-// line after a message is read while the message waits for its ack.
+// /complete, /stop, /approve, /deny) runs on another, in the order it
+// was typed, so that the line after a message is read while the message
+// waits for its ack.
 
 func (ch *chat) enqueue(j job) {
 	ch.pending.Add(1)
@@ -67,6 +68,33 @@ func (ch *chat) do(ctx context.Context, c *Client, j job) {
 		if err := c.Complete(ctx); err != nil {
 			ch.failed(ctx, "/complete failed", err)
 		}
+	case "/stop":
+		if !ch.p.running(ch.sent.Load()) {
+			ch.p.linef("/stop: no turn is running")
+			return
+		}
+		ch.p.linef("stopping the running turn")
+		if err := c.Cancel(ctx, 0); err != nil {
+			ch.failed(ctx, "/stop failed", err)
+		}
+	case "/approve", "/deny":
+		id, name := ch.p.waiting()
+		if id == "" {
+			ch.p.linef("%s: no tool call is waiting for your approval", j.cmd)
+			return
+		}
+		if err := c.Approve(ctx, id, j.cmd == "/approve"); err != nil {
+			ch.failed(ctx, j.cmd+" failed", err)
+			return
+		}
+		// Decided: another /approve or /deny has nothing to decide (a
+		// resume shows the call again if the decision was lost).
+		ch.p.decided(id)
+		verb := "approved"
+		if j.cmd == "/deny" {
+			verb = "denied"
+		}
+		ch.p.linef("%s tool %s", verb, name)
 	}
 }
 

@@ -38,6 +38,14 @@ type Config struct {
 	// SessionID is the session to resume on the first connect; "" starts
 	// a new one.
 	SessionID string
+	// Shared attaches to the session shared (PROTOCOL.md, attach
+	// "shared"): the session's other connections (another terminal, a
+	// browser tab) stay open, and every one of them gets every new entry
+	// and delta live, whoever caused it. Without it, resuming supersedes
+	// them (4001). Every resume's hello carries it (a new session has no
+	// other connection to keep). Messages stays gap-free and in order
+	// either way; acks come only for this client's own sends.
+	Shared bool
 	// LastSeq is the newest seq of SessionID the caller has already seen;
 	// Messages starts after it. 0 replays the session from its start.
 	LastSeq uint64
@@ -316,10 +324,28 @@ func (c *Client) Send(ctx context.Context, content string, metadata map[string]a
 // without it. rate_limited is not a refusal: the send waits and is
 // written again.
 func (c *Client) SendID(ctx context.Context, id, content string, metadata map[string]any) (uint64, error) {
-	if id == "" {
+	return c.send(ctx, wire.ClientFrame{Type: wire.TypeSend, ID: id, Content: content, Metadata: metadata})
+}
+
+// Interrupt is Send for a message that stops the turn running now
+// (PROTOCOL.md, send with "interrupt": true): that turn ends as by
+// Cancel, then this message's turn starts. With no turn running it is a
+// plain send.
+func (c *Client) Interrupt(ctx context.Context, content string, metadata map[string]any) (uint64, error) {
+	return c.InterruptID(ctx, "c-"+rand.Text(), content, metadata)
+}
+
+// InterruptID is Interrupt with the caller's id, as SendID is Send. A
+// send written again after a reconnect is written with its interrupt;
+// the server stores an id once and interrupts only when it stores it.
+func (c *Client) InterruptID(ctx context.Context, id, content string, metadata map[string]any) (uint64, error) {
+	return c.send(ctx, wire.ClientFrame{Type: wire.TypeSend, ID: id, Content: content, Metadata: metadata, Interrupt: true})
+}
+
+func (c *Client) send(ctx context.Context, f wire.ClientFrame) (uint64, error) {
+	if f.ID == "" {
 		return 0, errors.New("client: send id is empty")
 	}
-	f := wire.ClientFrame{Type: wire.TypeSend, ID: id, Content: content, Metadata: metadata}
 	cl, err := newCall(kindSend, f)
 	if err != nil {
 		return 0, err
@@ -365,6 +391,41 @@ func (c *Client) SetContext(ctx context.Context, set map[string]any) (map[string
 // still held are delivered before Messages closes.
 func (c *Client) Complete(ctx context.Context) error {
 	cl, _ := newCall(kindComplete, wire.ClientFrame{Type: wire.TypeComplete})
+	_, err := c.call(ctx, cl)
+	return err
+}
+
+// Cancel stops the turn that answers user entry replyTo, or with 0 the
+// turn running now (PROTOCOL.md, cancel). What the turn produced stays:
+// its streamed text becomes its agent entry with metadata.cancelled true
+// (or a system entry "cancelled"), which arrives on Messages. A cancel
+// for a turn that already ended does nothing.
+//
+// The server answers a cancel only with those entries, so Cancel returns
+// once the frame is written on an attached socket (waiting, while
+// offline, for the next one). A cancel is written once: a cancel lost
+// with its socket is not written again after the resume.
+func (c *Client) Cancel(ctx context.Context, replyTo uint64) error {
+	cl, _ := newCall(kindCancel, wire.ClientFrame{Type: wire.TypeCancel, ReplyTo: replyTo})
+	_, err := c.call(ctx, cl)
+	return err
+}
+
+// Approve decides the tool call callID that waits for approval (a tool
+// entry with metadata.status awaiting_approval): the decision arrives on
+// Messages as the call's next tool entry, status approved or denied;
+// then an approved call runs (started, completed or failed) and a denied
+// one does not. The first decision stands: a later one does nothing.
+//
+// Like Cancel it returns once the frame is written. A call_id that is not
+// waiting is refused by the server with bad_request, which comes without
+// anything tying it to this call: it is logged, not returned; the entries
+// on Messages tell what was decided.
+func (c *Client) Approve(ctx context.Context, callID string, approved bool) error {
+	if callID == "" {
+		return errors.New("client: approve call id is empty")
+	}
+	cl, _ := newCall(kindApprove, wire.ClientFrame{Type: wire.TypeApprove, CallID: callID, Approved: &approved})
 	_, err := c.call(ctx, cl)
 	return err
 }

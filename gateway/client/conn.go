@@ -47,6 +47,9 @@ func (c *Client) dialOnce(ctx context.Context, a attempt) dialResult {
 	if a.sid != "" {
 		hello.LastSeq = a.last
 		hello.Stream = a.mark
+		if c.cfg.Shared {
+			hello.Attach = wire.AttachShared
+		}
 	}
 	_ = ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	if err := ws.WriteJSON(hello); err != nil {

@@ -46,6 +46,20 @@
 // far, and named in the hello after a reconnect (stream), so the server
 // goes on from the next part.
 //
+// # Steering a turn, and sharing a session
+//
+// Cancel stops the running turn (its text so far stays, marked
+// cancelled), Approve decides a tool call waiting for approval, and
+// Interrupt sends a message that cancels the running turn first
+// (PROTOCOL.md: cancel, approve, send while a turn runs). The server
+// answers cancel and approve only with the entries they cause, so both
+// return once their frame is written and are not written again after a
+// reconnect. With Config.Shared the client attaches shared: other
+// connections to the session stay open and all get every entry and
+// delta live. Nothing else changes: Messages holds every entry once and
+// in order, whichever connection caused it, and acks answer only this
+// client's own sends.
+//
 // # Goroutines
 //
 // A Client runs one connection-manager goroutine, which alone holds the
