@@ -9,6 +9,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +31,8 @@ type Bench struct {
 
 	dataDir, tmpDir string
 	local           *Local
+	agentProc       *agentProc   // the endpoint started here (--agent http)
+	agent           *directAgent // the direct baseline's (--agent http)
 	urls            []string
 	tok             *tokens
 	ver             *Verifier
@@ -182,6 +185,24 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 
 	var users sync.WaitGroup
 	n := b.cfg.Sessions
+	var direct sync.WaitGroup
+	if b.agent != nil {
+		// As many direct users as bench users, at the same rate and ramp.
+		for i := range n {
+			direct.Add(1)
+			delay := time.Duration(0)
+			if n > 1 {
+				delay = b.cfg.Ramp * time.Duration(i) / time.Duration(n)
+			}
+			go func() {
+				if sleepCtx(phase, delay) {
+					b.directLoop(phase, i, &direct)
+				} else {
+					direct.Done()
+				}
+			}()
+		}
+	}
 	for i := range n {
 		u := b.newUser(i)
 		b.users = append(b.users, u)
@@ -203,6 +224,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 	drainEnd := time.AfterFunc(b.cfg.Drain, endDrain)
 	defer drainEnd.Stop()
 	users.Wait()
+	direct.Wait()
 	b.settle(drain)
 	endDrain()
 	// Not bounded by the drain: each read-back has its own timeout.
@@ -240,9 +262,31 @@ func (b *Bench) prepare(ctx context.Context) error {
 	var secret [32]byte
 	_, _ = rand.Read(secret[:])
 	jwt := hex.EncodeToString(secret[:])
+	agentURL, agentSecret := cfg.AgentURL, cfg.AgentSecret
+	if cfg.Agent == "http" {
+		if agentURL == "" {
+			var s [16]byte
+			_, _ = rand.Read(s[:])
+			agentSecret = hex.EncodeToString(s[:])
+			if err := os.MkdirAll(b.dataDir, 0o755); err != nil {
+				return fmt.Errorf("bench: data dir: %w", err)
+			}
+			p, err := startAgent(ctx, cfg.Python, cfg.AgentScript, agentSecret, filepath.Join(b.dataDir, "agent.log"),
+				cfg.AgentStreamDelay, 20*time.Second)
+			if err != nil {
+				return err
+			}
+			b.agentProc, agentURL = p, p.url
+		}
+		b.agent = newDirectAgent(agentURL, agentSecret)
+		if err := b.agent.probe(ctx, b.runID); err != nil {
+			return err
+		}
+	}
 	local, err := NewLocal(ctx, LocalConfig{
 		N: cfg.Local, Bin: cfg.ServerBin, Dir: b.dataDir, JWTSecret: jwt, Window: cfg.Window,
 		Agent: cfg.Agent, ToolDelay: cfg.ToolDelay, Extra: cfg.ServerArgs,
+		AgentURL: agentURL, AgentSecret: agentSecret,
 	})
 	if err != nil {
 		return err
@@ -339,6 +383,12 @@ func (b *Bench) Close() error {
 		b.closeUsers()
 		if b.local != nil {
 			b.closeErr = b.local.Close()
+		}
+		if b.agent != nil {
+			b.agent.close()
+		}
+		if b.agentProc != nil {
+			b.agentProc.stop()
 		}
 		if b.tmpDir != "" {
 			if b.ver.Total() > 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +48,22 @@ type Config struct {
 	// nodes run the demo engine, whose every turn runs the slow search
 	// tool (one node has one engine). Default 0.25; negative: 0.
 	AgentMix float64
-	// Agent is the local nodes' --agent: echo or demo. Default: demo
-	// when AgentMix > 0, else echo.
+	// Agent is the local nodes' --agent: echo, demo or http. Default:
+	// http when AgentURL is set, else demo when AgentMix > 0, else echo.
 	Agent string
+	// With Agent http (Local only) the nodes run --agent http against an
+	// endpoint of gateway/AGENT-PROTOCOL.md: AgentURL, one the user runs
+	// (AgentSecret required), or else the Python example at AgentScript,
+	// started here with Python (default python3) on a free port and a
+	// random secret, and stopped at the end. The bench also sends step
+	// requests straight to the endpoint, for the endpoint's own latency.
+	AgentURL, AgentSecret string
+	AgentScript           string // the example's agent.py
+	Python                string // its interpreter. Default python3.
+	// AgentStreamDelay is the started example's AGENT_STREAM_DELAY, the
+	// pause between its streamed words. Default the example's (50ms);
+	// negative: none.
+	AgentStreamDelay time.Duration
 	// ToolDelay is the local demo engine's --demo-search-delay. Default 500ms.
 	ToolDelay time.Duration
 
@@ -121,7 +135,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "load phase length")
 	fs.Float64Var(&c.Rate, "rate", 1, "messages per second per user (each waits for its reply)")
 	zeroFrac(fs, &c.AgentMix, "agent-mix", 0.25, "fraction of users that disrupt their connection mid-tool (with --local, > 0 runs the demo engine)")
-	fs.StringVar(&c.Agent, "agent", "", "local nodes' engine: echo|demo (default: demo if --agent-mix > 0)")
+	fs.StringVar(&c.Agent, "agent", "", "local nodes' engine: echo|demo|http (default: http with --agent-url, else demo if --agent-mix > 0)")
+	fs.StringVar(&c.AgentURL, "agent-url", "", "with --agent http: an endpoint you run (default: start the Python example)")
+	fs.StringVar(&c.AgentSecret, "agent-secret", "", "with --agent-url: the endpoint's HMAC secret (or TETHER_AGENT_SECRET)")
+	fs.StringVar(&c.AgentScript, "agent-script", "", "with --agent http and no --agent-url: the Python endpoint to start (default: the example agent-python/agent.py)")
+	fs.Func("agent-stream-delay", "with --agent http and no --agent-url: the example's pause between streamed words; 0: none (default 50ms)", func(s string) error {
+		d, err := time.ParseDuration(s)
+		if d <= 0 {
+			d = -1 // none
+		}
+		c.AgentStreamDelay = d
+		return err
+	})
 	fs.DurationVar(&c.ToolDelay, "tool-delay", 500*time.Millisecond, "local demo engine's --demo-search-delay")
 	c.DropEvery = 8 * time.Second
 	fs.Func("drop-every", "mean time between a user's disruptions; 0: none (default 8s)", func(s string) error {
@@ -214,6 +239,12 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Python == "" {
+		c.Python = "python3"
+	}
+	if c.Agent == "" && c.AgentURL != "" {
+		c.Agent = "http"
+	}
 	if c.Agent == "" {
 		c.Agent = "echo"
 		if c.AgentMix > 0 {
@@ -239,10 +270,23 @@ func (c *Config) validate() error {
 		return errors.New("bench: --pause-for must be positive")
 	case c.Sessions < 1 || c.Rate <= 0 || c.Duration <= 0 || c.Ramp < 0:
 		return errors.New("bench: --sessions, --rate and --duration must be positive")
-	case c.Agent != "echo" && c.Agent != "demo":
-		return fmt.Errorf("bench: --agent %q: echo or demo", c.Agent)
+	case c.Agent != "echo" && c.Agent != "demo" && c.Agent != "http":
+		return fmt.Errorf("bench: --agent %q: echo, demo or http", c.Agent)
+	case c.AgentURL != "" && c.Agent != "http":
+		return fmt.Errorf("bench: --agent-url is for --agent http, not --agent %s", c.Agent)
+	case c.Agent == "http" && c.Local == 0:
+		return errors.New("bench: --agent http (and --agent-url) need --local: against --url the engine is the deployment's")
+	case c.AgentURL != "" && c.AgentSecret == "":
+		return errors.New("bench: --agent-url needs --agent-secret S (or TETHER_AGENT_SECRET): the endpoint checks every request's signature")
+	case c.Agent == "http" && c.AgentURL == "" && c.AgentScript == "":
+		return errors.New("bench: --agent http needs --agent-url (an endpoint you run) or --agent-script (the Python endpoint to start)")
 	case c.Window < 0 || c.Down < 0:
 		return errors.New("bench: --window and --down must not be negative")
+	}
+	if c.AgentURL != "" {
+		if u, err := url.Parse(c.AgentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("bench: --agent-url %q is not an http(s) URL such as http://127.0.0.1:9000/agent", c.AgentURL)
+		}
 	}
 	return nil
 }

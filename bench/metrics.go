@@ -24,9 +24,10 @@ const (
 	HResume           = "resume"                 // hello → history_batch of a resume
 	HKillToResume     = "kill_to_first_resume"   // node killed → first session resumed after it
 	HReplayedPerResum = "replayed_per_resume"    // entries missed while away (a count, not µs)
+	HDirect           = "agent_direct"           // --agent http: step request → final line, straight to the endpoint
 )
 
-var histNames = []string{HAck, HReply, HAckReconnect, HReplyReconnect, HResume, HKillToResume, HReplayedPerResum}
+var histNames = []string{HAck, HReply, HAckReconnect, HReplyReconnect, HResume, HKillToResume, HReplayedPerResum, HDirect}
 
 // Counter names (see the JSON schema in README.md).
 const (
@@ -42,6 +43,7 @@ const (
 	CNewSessions  = "new_sessions"
 	CErrors       = "errors"
 	CReplyTimeout = "reply_timeouts"
+	CTurns        = "turns" // agent replies delivered during the load phase
 )
 
 // bucket is one second of the run.

@@ -30,8 +30,11 @@ type LocalConfig struct {
 	JWTSecret string
 	Window    time.Duration // --window; 0: the server's default
 	Agent     string        // --agent
-	ToolDelay time.Duration // --demo-search-delay, with the demo engine
-	Extra     []string      // more serve flags, for every node
+	// AgentURL and AgentSecret: with Agent http, the --agent-url and the
+	// TETHER_AGENT_SECRET (in the environment: a flag shows in ps).
+	AgentURL, AgentSecret string
+	ToolDelay             time.Duration // --demo-search-delay, with the demo engine
+	Extra                 []string      // more serve flags, for every node
 	// StartTimeout bounds one start (until `listening` is logged and
 	// /readyz answers 200). Default 30s.
 	StartTimeout time.Duration
@@ -96,6 +99,9 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		if cfg.Agent == "demo" && cfg.ToolDelay > 0 {
 			n.args = append(n.args, "--demo-search-delay", cfg.ToolDelay.String())
+		}
+		if cfg.Agent == "http" {
+			n.args = append(n.args, "--agent-url", cfg.AgentURL)
 		}
 		n.args = append(n.args, cfg.Extra...)
 		l.nodes = append(l.nodes, n)
@@ -189,6 +195,9 @@ func (l *Local) Start(ctx context.Context, i int) error {
 	}
 	cmd := exec.Command(l.cfg.Bin, append(n.args, l.joinArgs(i)...)...)
 	cmd.Env = childEnv()
+	if l.cfg.Agent == "http" {
+		cmd.Env = append(cmd.Env, "TETHER_AGENT_SECRET="+l.cfg.AgentSecret)
+	}
 	// Its own process group: a ^C to the harness does not reach the nodes,
 	// which the harness stops itself; and no node outlives the harness.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -46,8 +46,10 @@ type Report struct {
 	RSSPerSessionBytes int64           `json:"rss_per_session_bytes"`
 	NofileLimit        uint64          `json:"nofile_limit"`
 	Violations         ViolationReport `json:"violations"`
-	Timeline           []TimePoint     `json:"timeline"`
-	Markers            []MarkerReport  `json:"markers"`
+	// Agent: with --agent http, the endpoint's figures; absent otherwise.
+	Agent    *AgentReport   `json:"agent,omitempty"`
+	Timeline []TimePoint    `json:"timeline"`
+	Markers  []MarkerReport `json:"markers"`
 }
 
 // Target is what was benchmarked.
@@ -130,6 +132,25 @@ type Dist struct {
 	P99   float64 `json:"p99"`
 	P999  float64 `json:"p99_9"`
 	Max   float64 `json:"max"`
+}
+
+// AgentReport is what --agent http measured: turns, and the latency
+// Tether adds over the endpoint's own. Direct is the bench's own step
+// requests straight to the endpoint (request → final NDJSON line), as
+// many direct users as bench users at the same rate, during the load;
+// ThroughTether is send → the agent's reply on one connection (the
+// latency_ms reply). Each turn of the rule-based example is one step.
+type AgentReport struct {
+	URL     string `json:"url"`
+	Started bool   `json:"started"` // the harness started it (else --agent-url)
+	// Turns are the agent replies delivered during the load phase.
+	Turns         int64   `json:"turns"`
+	TurnsPerS     float64 `json:"turns_per_s"`
+	Direct        Dist    `json:"direct_ms"`
+	ThroughTether Dist    `json:"through_tether_ms"`
+	AddedP50Ms    float64 `json:"added_p50_ms"` // through Tether minus direct, at p50
+	AddedP99Ms    float64 `json:"added_p99_ms"` // and at p99
+	DirectErrors  int64   `json:"direct_errors"`
 }
 
 // KillReport is one node failure.
@@ -270,6 +291,13 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 		r.NodeRSSIdleBytes = b.idleRSS
 		r.RSSPerSessionBytes = max(r.NodeRSSPeakBytes-b.idleRSS, 0) / int64(max(b.cfg.Sessions, 1))
 	}
+	if b.agent != nil {
+		a := &AgentReport{URL: b.agent.url, Started: b.agentProc != nil, Turns: c[CTurns], TurnsPerS: per(c[CTurns]),
+			Direct: dist(snap.Hists[HDirect], 1000), ThroughTether: r.Latency[HReply], DirectErrors: snap.Errors["agent_direct_failed"]}
+		a.AddedP50Ms, a.AddedP99Ms = a.ThroughTether.P50-a.Direct.P50, a.ThroughTether.P99-a.Direct.P99
+		r.Agent = a
+		r.Latency[HDirect] = a.Direct
+	}
 	return r
 }
 
@@ -327,11 +355,12 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 }
 
-var latencyOrder = []string{HAck, HReply, HAckReconnect, HReplyReconnect, HResume, HKillToResume}
+var latencyOrder = []string{HAck, HReply, HAckReconnect, HReplyReconnect, HResume, HKillToResume, HDirect}
 
 var latencyLabel = map[string]string{
 	HAck: "send→ack", HReply: "send→reply", HAckReconnect: "send→ack, reconnect between",
 	HReplyReconnect: "send→reply, reconnect between", HResume: "resume (hello→batch)", HKillToResume: "kill→first resume",
+	HDirect: "agent direct (no Tether)",
 }
 
 // SummaryRows are the summary's label/value rows (the latency table
@@ -366,6 +395,11 @@ func (r *Report) SummaryRows() [][2]string {
 		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms, %d node pauses", c.Drops, c.Silences, c.NodeKills, c.NodeTerms, c.NodePauses)},
 		{"entries", fmt.Sprintf("%d seen live, %d read back (%d compared); client repaired %d gaps, dropped %d duplicates, resent %d",
 			c.EntriesSeen, c.EntriesReread, c.EntriesCompared, c.ClientGaps, c.ClientDuplicates, c.ClientResends)},
+	}
+	if a := r.Agent; a != nil {
+		rows = append(rows, [2]string{"agent endpoint", fmt.Sprintf("%.1f turns/s (%d turns); step p50 %.1f ms, p99 %.1f ms direct, "+
+			"%.1f / %.1f ms through Tether: Tether adds %.1f ms at p50, %.1f ms at p99",
+			a.TurnsPerS, a.Turns, a.Direct.P50, a.Direct.P99, a.ThroughTether.P50, a.ThroughTether.P99, a.AddedP50Ms, a.AddedP99Ms)})
 	}
 	if d := r.ReplayedPerResume; d.Count > 0 {
 		rows = append(rows, [2]string{"missed per resume", fmt.Sprintf("mean %.1f, p50 %.0f, p99 %.0f, max %.0f", d.Mean, d.P50, d.P99, d.Max)})

@@ -264,6 +264,9 @@ func (r *run) read() {
 		b.ver.Feed(sid, Event{Kind: EvEntry, Msg: m})
 		if isReply {
 			b.rec.Count(CReplies, now, 1)
+			if m.Role == wire.RoleAgent && now.Before(b.start.Add(b.cfg.Duration)) {
+				b.rec.Count(CTurns, now, 1)
+			}
 		}
 		if m.Role == wire.RoleTool && m.Metadata["status"] == "started" {
 			select {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"embed"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/term"
 
@@ -22,6 +24,34 @@ violation makes the exit code 1. See bench/README.md.
 flags:
 `
 
+// pythonAgent is the Python example endpoint, which `tether bench --local
+// N --agent http` starts (written to a temp dir) unless --agent-url or
+// --agent-script says otherwise.
+//
+//go:embed examples/agent-python/agent.py examples/agent-python/tether_endpoint.py
+var pythonAgent embed.FS
+
+// writePythonAgent writes the example to a new temp dir and returns its
+// agent.py.
+func writePythonAgent() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "tether-bench-agent-")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: the example agent: %w", err)
+	}
+	done := func() { _ = os.RemoveAll(dir) }
+	for _, name := range []string{"agent.py", "tether_endpoint.py"} {
+		b, err := pythonAgent.ReadFile("examples/agent-python/" + name)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		if err != nil {
+			done()
+			return "", nil, fmt.Errorf("bench: the example agent: %w", err)
+		}
+	}
+	return filepath.Join(dir, "agent.py"), done, nil
+}
+
 // bench runs the load harness. Its exit code is 1 when the run found a
 // violation (the summary and --json say which), 2 for a usage or setup
 // error, 0 otherwise.
@@ -30,8 +60,17 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	fs := m.newFlags("bench")
 	fs.intro = benchUsage
 	cfg.RegisterFlags(fs.FlagSet)
+	fs.bind("agent-secret", envName("agent-secret"))
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.Agent == "http" && cfg.AgentURL == "" && cfg.AgentScript == "" {
+		script, done, err := writePythonAgent()
+		if err != nil {
+			return err
+		}
+		defer done()
+		cfg.AgentScript = script
 	}
 	if cfg.Local > 0 && cfg.ServerBin == "" {
 		exe, err := os.Executable()
