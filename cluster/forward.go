@@ -36,10 +36,30 @@ func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session,
 	}, func(reg *actor.Registry) (Session, error) {
 		h, err := reg.Resume(ctx, req)
 		if err != nil {
-			return nil, err
+			return nil, c.staleResume(ctx, req.SessionID, err)
 		}
 		return h, nil
 	})
+}
+
+// staleResume checks a resume refused because the client holds a seq
+// this node's copy does not have. A seq a client was shown is never lost,
+// so the true owner has it: this node has a stale view (it was paused, or
+// cut off, and has not yet applied the configuration that moved the
+// session away) and its actor a stale copy. Unless the newest committed
+// configuration, read Raft's read-index way, says this node owns the
+// session, the answer is ErrUnavailable: the gateway asks again, of the
+// owner it finds then, instead of telling the client its seq is bad.
+func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error {
+	if !errors.Is(err, actor.ErrBadLastSeq) {
+		return err
+	}
+	cfg, ferr := c.cons.fresh(ctx)
+	if ferr == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID {
+		return err
+	}
+	c.log.Warn("resume beyond this node's copy; not the owner after all", "session", sid, "err", err, "fresh", ferr)
+	return fmt.Errorf("%w: %s may hold a stale copy of %s: %v", ErrUnavailable, c.cfg.Self.ID, sid, err)
 }
 
 // Create makes a new session on the owner of req.SessionID.

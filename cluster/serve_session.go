@@ -84,9 +84,13 @@ func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, err
 	if req.Reason != "" {
 		return reg.Create(c.ctx, actor.CreateRequest{SessionID: req.SID, UserID: req.User, Reason: req.Reason, Conn: conn})
 	}
-	return reg.Resume(c.ctx, actor.ResumeRequest{
+	h, err := reg.Resume(c.ctx, actor.ResumeRequest{
 		SessionID: req.SID, UserID: req.User, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Conn: conn, Shared: req.Shared,
 	})
+	if err != nil {
+		return nil, c.staleResume(c.ctx, req.SID, err)
+	}
+	return h, nil
 }
 
 func (c *Cluster) apply(h *actor.Handle, op opMsg) error {

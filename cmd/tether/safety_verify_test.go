@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tether-dev/tether/bench"
@@ -91,6 +92,11 @@ func (c *pcluster) verify(clients []*sclient, nodes []int, limit time.Duration) 
 		}
 		for i, n := range s.notes {
 			c.t.Logf("%s (%s): %s (×%d)", s.name, s.sid, n, s.repeats[i])
+			if strings.Contains(n, `"code":"bad_request"`) {
+				// The client did nothing wrong: a node with a stale view
+				// must say unavailable (retry), never refuse its seq.
+				c.t.Errorf("%s (%s): refused as a bad request: %s", s.name, s.sid, n)
+			}
 		}
 		var first []wire.Message
 		firstVia := -1
