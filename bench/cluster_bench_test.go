@@ -6,6 +6,7 @@ package bench
 //	go test ./bench -run '^$' -bench BenchmarkClusterAckThroughput -benchtime 40000x
 //	go test ./bench -run '^$' -bench BenchmarkClusterKillToResume -benchtime 5x
 //	TETHER_BENCH_GOSSIP_TIMING=lan go test ./bench -run '^$' -bench BenchmarkClusterKillToResume -benchtime 5x
+//	go test ./bench -run '^$' -bench BenchmarkClusterConfigCommit -benchtime 10x
 
 import (
 	"context"
@@ -30,6 +31,36 @@ import (
 	tnode "github.com/tether-dev/tether/gateway/node"
 )
 
+// startClusterNode starts one in-process node joining seeds.
+func startClusterNode(b *testing.B, id, dir string, seeds []string, r int) *tnode.Node {
+	b.Helper()
+	nd, err := tnode.New(tnode.Config{
+		Dir: dir, NodeID: id, Logger: slog.New(slog.DiscardHandler),
+		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
+		Cluster: &cluster.Config{Gossip: "127.0.0.1:0", Seeds: seeds, Timing: cluster.TestTiming(), Replicas: r},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = nd.Close() })
+	return nd
+}
+
+// waitCommitted waits until every node's committed configuration has n
+// members.
+func waitCommitted(b *testing.B, n int, nodes ...*tnode.Node) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, nd := range nodes {
+		for nd.Cluster.Stats().Members != n {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s sees %d members, want %d", nd.ID, nd.Cluster.Stats().Members, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // startClusterNodes starts n in-process nodes in one cluster (the fast
 // gossip timings, --replicas r) and waits until each sees all of them.
 func startClusterNodes(b *testing.B, n, r int) []*tnode.Node {
@@ -40,27 +71,51 @@ func startClusterNodes(b *testing.B, n, r int) []*tnode.Node {
 		if i > 0 {
 			seeds = []string{nodes[0].Cluster.GossipAddr()}
 		}
-		nd, err := tnode.New(tnode.Config{
-			Dir: b.TempDir(), NodeID: fmt.Sprintf("node-%d", i), Logger: slog.New(slog.DiscardHandler),
-			Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
-			Cluster: &cluster.Config{Gossip: "127.0.0.1:0", Seeds: seeds, Timing: cluster.TestTiming(), Replicas: r},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = nd.Close() })
-		nodes = append(nodes, nd)
+		nodes = append(nodes, startClusterNode(b, fmt.Sprintf("node-%d", i), b.TempDir(), seeds, r))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, nd := range nodes {
-		for nd.Cluster.Stats().Members != n {
-			if time.Now().After(deadline) {
-				b.Fatalf("%s sees %d members, want %d", nd.ID, nd.Cluster.Stats().Members, n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitCommitted(b, n, nodes...)
 	return nodes
+}
+
+// BenchmarkClusterConfigCommit measures configuration changes on three
+// in-process nodes (--replicas 2, the test gossip timing): a fourth node
+// joins (from its start to every node applying the committed
+// configuration that names it) and leaves gracefully (from its Close to
+// every survivor applying the one without it). Each iteration does one
+// of each. It reports the medians of both and the leader's Raft commit
+// of a configuration (the tether_cluster_raft_commit_seconds metric).
+func BenchmarkClusterConfigCommit(b *testing.B) {
+	nodes := startClusterNodes(b, 3, 2)
+	seeds := []string{nodes[0].Cluster.GossipAddr()}
+	var joins, leaves, commits []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		nd := startClusterNode(b, fmt.Sprintf("joiner-%d-%d", b.N, i), b.TempDir(), seeds, 2)
+		waitCommitted(b, 4, append(nodes, nd)...)
+		joins = append(joins, time.Since(start))
+		for _, n := range nodes {
+			if st := n.Cluster.Stats().Raft; st.IsLeader {
+				commits = append(commits, st.CommitLatency)
+			}
+		}
+		start = time.Now()
+		if err := nd.Close(); err != nil {
+			b.Fatalf("leave %d: %v", i, err)
+		}
+		waitCommitted(b, 3, nodes...)
+		leaves = append(leaves, time.Since(start))
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(median(joins), "join-ms")
+	b.ReportMetric(median(leaves), "leave-ms")
+	if len(commits) > 0 {
+		b.ReportMetric(median(commits), "raft-commit-ms")
+	}
 }
 
 // BenchmarkClusterResume compares a resume that replays 50 entries
