@@ -52,13 +52,7 @@ func (s *Session) cancel(replyTo uint64, now time.Time) {
 		entries = append(entries, s.cancelledNote(userSeq, now))
 	}
 	s.reply = nil
-	st.Turns, st.Steps = st.Turns[1:], nil
-	s.stateDirty = true
-	s.busy = len(st.Turns) > 0
-	s.log(entries...)
-	if s.busy {
-		s.startStep(st.Turns[0])
-	}
+	s.endTurn(entries)
 }
 
 func (s *Session) cancelledNote(userSeq uint64, now time.Time) wal.Entry {

@@ -220,6 +220,13 @@ func (s *Session) action(ev evAction, now time.Time) {
 		s.reply = nil
 		entries = []wal.Entry{s.next(RoleAgent, s.finalText(ev.action.Reply), md, now)}
 	}
+	s.endTurn(entries)
+}
+
+// endTurn logs the entries that end the running turn and starts the next
+// one owed, if any.
+func (s *Session) endTurn(entries []wal.Entry) {
+	st := &s.st
 	st.Turns, st.Steps = st.Turns[1:], nil
 	s.stateDirty = true
 	s.busy = len(st.Turns) > 0
