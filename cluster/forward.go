@@ -43,22 +43,26 @@ func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session,
 }
 
 // staleResume checks a resume refused because the client holds a seq
-// this node's copy does not have. A seq a client was shown is never lost,
-// so the true owner has it: this node has a stale view (it was paused, or
-// cut off, and has not yet applied the configuration that moved the
-// session away) and its actor a stale copy. Unless the newest committed
-// configuration, read Raft's read-index way, says this node owns the
-// session, the answer is ErrUnavailable: the gateway asks again, of the
-// owner it finds then, instead of telling the client its seq is bad.
+// beyond this node's copy (actor.ErrBadLastSeq). That is the client's
+// mistake only if this node really owns the session and has owned it
+// since its actor claimed it. A node that was paused or cut off may not
+// have applied the configurations that moved the session away (and maybe
+// back) while another owner wrote to it: its actor's memory is stale. It
+// is stopped, so that the retry claims the session afresh (fence, pull
+// the newest copy), and the refusal becomes ErrUnavailable (retried).
 func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error {
 	if !errors.Is(err, actor.ErrBadLastSeq) {
 		return err
 	}
 	cfg, ferr := c.cons.fresh(ctx)
-	if ferr == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID {
+	owner := ferr == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID
+	if owner && c.ownedThroughout(sid) {
 		return err
 	}
-	c.log.Warn("resume beyond this node's copy; not the owner after all", "session", sid, "err", err, "fresh", ferr)
+	c.log.Warn("resume beyond this node's copy; its copy may be stale", "session", sid, "owner", owner, "err", err, "fresh", ferr)
+	if reg, rerr := c.registry(); rerr == nil {
+		c.dropStale(ctx, reg, sid)
+	}
 	return fmt.Errorf("%w: %s may hold a stale copy of %s: %v", ErrUnavailable, c.cfg.Self.ID, sid, err)
 }
 
@@ -121,6 +125,7 @@ func (c *Cluster) route(ctx context.Context, sid string, local func(*actor.Regis
 			if rerr != nil {
 				return ErrUnavailable
 			}
+			c.dropStale(ctx, reg, sid)
 			// Unavailable here is a claim waiting for another node to
 			// let the session go, or a replica not answering: retried.
 			if err = local(reg); !errors.Is(err, ErrUnavailable) {
@@ -144,6 +149,19 @@ func (c *Cluster) route(ctx context.Context, sid string, local func(*actor.Regis
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// dropStale stops sid's actor if another node owned the session since
+// the actor claimed it (moveAway does the same for every actor, but a
+// moment later): its memory may miss what that owner wrote, and the next
+// activation claims the session afresh.
+func (c *Cluster) dropStale(ctx context.Context, reg *actor.Registry, sid string) {
+	if c.ownedThroughout(sid) {
+		return
+	}
+	if err := reg.Evict(ctx, sid); err != nil {
+		c.log.Warn("stop a stale session", "session", sid, "err", err)
 	}
 }
 

@@ -81,6 +81,7 @@ func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, err
 		// the gateway retries with the owner it finds next.
 		return nil, fmt.Errorf("%w: %s does not own %s", ErrUnavailable, c.cfg.Self.ID, req.SID)
 	}
+	c.dropStale(c.ctx, reg, req.SID)
 	if req.Reason != "" {
 		return reg.Create(c.ctx, actor.CreateRequest{SessionID: req.SID, UserID: req.User, Reason: req.Reason, Conn: conn})
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/tether-dev/tether/gateway/wire"
@@ -205,5 +206,37 @@ func TestRateLimitedSendRetried(t *testing.T) {
 	}
 	if st := c.Stats(); st.Resends != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A resume the client gave up on (its hello unanswered past the handshake
+// timeout) may still reach the session after the client's next
+// connection did, and supersede it: that 4001 is the client's own doing,
+// so it resumes once more. A second 4001 is a real takeover and ends it.
+func TestSupersededByOwnLateHello(t *testing.T) {
+	f := newFake(t, func(n int, ws *websocket.Conn, _ wire.ClientFrame) {
+		switch n {
+		case 0: // attached, then the network drops
+			send(ws, sessionFrame(false, "new", 0))
+			send(ws, msg(1))
+			return
+		case 1: // a paused server: the hello is never answered
+			drain(ws)
+			return
+		case 2, 3: // resumed, then superseded (first by the late hello, then for real)
+			send(ws, sessionFrame(true, "resumed", 1))
+			send(ws, wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: []wire.Message{}})
+			closeWith(ws, 4001)
+			return
+		}
+		t.Errorf("connection %d: the client should have ended at the second 4001", n)
+	})
+	c := dial(t, Config{URLs: []string{f.url()}, Token: "t", HandshakeTimeout: 300 * time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	if err := ended(t, c); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("ended with %v, want ErrSuperseded after the second 4001", err)
+	}
+	if n := f.conns.Load(); n != 4 {
+		t.Fatalf("%d connections, want 4: the first 4001 follows a hello the client gave up on", n)
 	}
 }

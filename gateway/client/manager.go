@@ -30,6 +30,10 @@ type dialResult struct {
 
 type phase int
 
+// maxLateHellos bounds how many given-up hellos are remembered, so that a
+// client flapping for a long time cannot excuse a real takeover forever.
+const maxLateHellos = 4
+
 const (
 	phaseHello  phase = iota // hello written, waiting for session
 	phaseReplay              // resumed, waiting for the history_batch
@@ -101,6 +105,12 @@ type manager struct {
 	pingN      uint64
 	completed  bool // the server confirmed a complete
 	ended      error
+	// lateHellos counts resumes this client gave up on after their hello
+	// was written: a server that was slow (paused, overloaded) may still
+	// act on one and supersede the connection that replaced it. Each
+	// such hello excuses one 4001 (PROTOCOL.md, "Handle every close
+	// code"): the newer connection was this client's own.
+	lateHellos int
 }
 
 func newManager(c *Client) *manager {
@@ -274,6 +284,15 @@ func (m *manager) lost(err error) {
 	t := terminal(err, s)
 	if t != nil && m.refreshToken(s, t) {
 		err, t = t, nil
+	}
+	if errors.Is(t, ErrSuperseded) && m.lateHellos > 0 {
+		m.lateHellos--
+		m.c.log.Info("tether superseded by a hello this client gave up on; resuming", "session", m.sid)
+		t = nil
+	}
+	var ce *websocket.CloseError
+	if s.phase == phaseHello && m.sid != "" && !errors.As(err, &ce) {
+		m.lateHellos = min(m.lateHellos+1, maxLateHellos)
 	}
 	if s.phase == phaseReady {
 		if m.cfg.OnDisconnect != nil {
