@@ -96,7 +96,7 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 		return wal.SessionData{}, err
 	}
 	r := j.replicatorFor(sid, d.Header.Epoch, d.Header.LastSeq, d.Header.LastEpoch)
-	if err := r.fenceAll(ctx, false); err != nil {
+	if err := r.fenceAll(ctx); err != nil {
 		j.drop(sid)
 		_ = j.local.Release(context.Background(), sid, d.Header.Epoch)
 		return wal.SessionData{}, err

@@ -146,6 +146,9 @@ type Stats struct {
 	// left; RereplicatedConfiguration the configuration whose pass ended.
 	Rereplicating             int64
 	RereplicatedConfiguration uint64
+	// Reports is how many times this node told the leader that its link
+	// to a replica failed (reports.go).
+	Reports uint64
 }
 
 // Cluster is a node's part in the cluster: membership, placement, the
@@ -159,6 +162,7 @@ type Cluster struct {
 	members *Membership
 	cons    *consensus
 	journal *journal
+	reports *reports
 	pulls   chan struct{}
 	configs chan struct{} // a configuration was applied: move sessions
 
@@ -175,8 +179,8 @@ type Cluster struct {
 	leavers map[string]bool // members that asked the leader to let them leave (leader.go: leaving)
 
 	stats struct {
-		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames, rereplicated, rereplicatedCfg atomic.Uint64
-		rereplicating                                                                                                     atomic.Int64
+		pulls, forwarded, served, replicated, fenced, moved, catchUps, unavailable, frames, rereplicated, rereplicatedCfg, reports atomic.Uint64
+		rereplicating                                                                                                              atomic.Int64
 	}
 	closeOnce sync.Once
 }
@@ -191,6 +195,7 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, log: cfg.Logger.With("node", cfg.Self.ID), pulls: make(chan struct{}, cfg.MaxPulls), configs: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.journal = newJournal(c)
+	c.reports = newReports()
 	c.place = NewPlacement(nil, cfg.Placement)
 	c.view = map[string]Member{cfg.Self.ID: {NodeMeta: cfg.Self}}
 	c.leavers = map[string]bool{}
@@ -321,7 +326,7 @@ func (c *Cluster) Stats() Stats {
 		Replicated: s.replicated.Load(), Fenced: s.fenced.Load(), Moved: s.moved.Load(),
 		CatchUps: s.catchUps.Load(), Unavailable: s.unavailable.Load(), Frames: s.frames.Load(),
 		Rereplicated: s.rereplicated.Load(), Rereplicating: s.rereplicating.Load(),
-		RereplicatedConfiguration: s.rereplicatedCfg.Load(),
+		RereplicatedConfiguration: s.rereplicatedCfg.Load(), Reports: s.reports.Load(),
 	}
 }
 

@@ -67,7 +67,10 @@
 // with serf: a member gossip declares dead leaves the configuration (and
 // stays a voter); one that left gracefully leaves Raft too; a new one is
 // added as a voter (up to five) once its node link answers the leader's
-// probe, and a member whose link misses three probes is left out. Raft's
+// probe, and a member whose link misses three probes is left out. A link
+// broken between two other members is reported by the owner whose replica
+// does not answer (reports.go); the leader leaves one of the pair out for
+// a while. Raft's
 // log and stable store live on a Pebble of their own in the data
 // directory (raft_store.go); its RPCs ride the HTTP listener at /v1/raft
 // (raft_stream.go). A node decides nothing from its own view: placement
@@ -87,9 +90,11 @@
 // (wal.Header.Settled) has an answering member of its write set — every
 // acknowledged entry is on all of its write set, so none can then be
 // missed; a write set none of whose members answers leaves the session
-// unavailable. It pulls the newest copy and catches the current replicas
-// up before the first write. An actor another node may have owned in
-// between (this node was cut off, then came back as owner) is stopped.
+// unavailable. It pulls the newest copy and catches every current replica
+// up before the session is served (a failed append may have left entries
+// here alone; they are shown only once all replicas hold them). An actor
+// another node may have owned in between (this node was paused or cut
+// off, then came back as owner) is stopped before it serves a hello.
 // An entry is acknowledged only when all R replicas of the configuration
 // stored it; a replica that does not answer within ForwardFor fails the
 // append (unavailable, 1013). After each configuration change, sessions

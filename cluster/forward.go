@@ -57,6 +57,9 @@ func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error 
 	cfg, ferr := c.cons.fresh(ctx)
 	owner := ferr == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID
 	if owner && c.ownedThroughout(sid) {
+		h, _ := c.cfg.Store.Header(sid)
+		c.log.Warn("resume beyond the owner's copy: refused", "session", sid, "configuration", cfg.Number,
+			"claimed_under", c.journal.claimedUnder(sid), "last_seq", h.LastSeq, "epoch", h.Epoch, "last_epoch", h.LastEpoch, "err", err)
 		return err
 	}
 	c.log.Warn("resume beyond this node's copy; its copy may be stale", "session", sid, "owner", owner, "err", err, "fresh", ferr)

@@ -43,7 +43,7 @@ func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal
 		return wal.Header{}, err
 	}
 	r := j.replicatorFor(hdr.SessionID, hdr.Epoch, hdr.LastSeq, 0)
-	if err := r.fenceAll(ctx, true); err != nil {
+	if err := r.fenceAll(ctx); err != nil {
 		j.drop(hdr.SessionID)
 		_ = j.local.Release(ctx, hdr.SessionID, hdr.Epoch)
 		_, _ = j.local.DeleteSession(ctx, hdr.SessionID, nil)

@@ -167,6 +167,12 @@ func (cs *consensus) reconcile() error {
 			}
 		}
 	}
+	ids := make([]string, len(next))
+	for i, m := range next {
+		ids[i] = m.ID
+	}
+	out := cs.reportedOut(ids)
+	next = slices.DeleteFunc(next, func(m NodeMeta) bool { return out[m.ID] })
 	slices.SortFunc(next, func(a, b NodeMeta) int { return strings.Compare(a.ID, b.ID) })
 	want := Configuration{Replicas: cs.c.cfg.Replicas, Members: next}
 	if len(next) == 0 || want.sameAs(cur) {

@@ -19,6 +19,7 @@ const (
 	methodReadIndex = "readindex" // struct{} → readIndexResp: at the leader, its confirmed commit index
 	methodAdopt     = "adopt"     // headReq → struct{}: at the owner, bring the session's copies onto its write set
 	methodLeave     = "leave"     // leaveReq → struct{}: at the leader, take a member out of the configuration
+	methodReport    = "report"    // reportReq → struct{}: at the leader, the caller's link to a member failed
 )
 
 // Link error codes (link.WithCode) the other side maps to sentinels.

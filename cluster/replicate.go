@@ -214,6 +214,11 @@ func (r *replicator) shipTo(targets []string, cp wal.Copy) error {
 		}()
 	}
 	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			r.c.reportUnreachable(targets[i], err)
+		}
+	}
 	for _, err := range errs {
 		if errors.Is(err, wal.ErrStaleEpoch) {
 			return err
@@ -251,10 +256,12 @@ func (r *replicator) setSynced(t string, ok bool) {
 }
 
 // fenceAll catches every replica up to what this node holds (and so
-// fences it with this node's epoch). With strict, every replica must take
-// it (a new session is not shown until it is on all of them); otherwise
-// one that does not answer is caught up at the first append.
-func (r *replicator) fenceAll(ctx context.Context, strict bool) error {
+// fences it with this node's epoch). Every replica must take it before
+// the session is served: what this node holds may include entries whose
+// append failed to replicate (never acknowledged, never shown), and a
+// replay or a duplicate send's ack would otherwise show them while they
+// are on this node alone.
+func (r *replicator) fenceAll(ctx context.Context) error {
 	settle := r.c.configNumber()
 	targets := r.targets()
 	errs := make([]error, len(targets))
@@ -268,13 +275,14 @@ func (r *replicator) fenceAll(ctx context.Context, strict bool) error {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		switch {
-		case err == nil:
-		case errors.Is(err, wal.ErrStaleEpoch) || strict:
-			return err
-		default:
-			r.c.log.Warn("replica not caught up at claim; retried at the first append", "session", r.sid, "replica", targets[i], "err", err)
+		if err == nil {
+			continue
 		}
+		if errors.Is(err, wal.ErrStaleEpoch) {
+			return err
+		}
+		r.c.reportUnreachable(targets[i], err)
+		return fmt.Errorf("%w: replica %s of %s not caught up: %v", ErrUnavailable, targets[i], r.sid, err)
 	}
 	return ctx.Err()
 }

@@ -67,6 +67,13 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 			return nil, err
 		}
 		return struct{}{}, c.letLeave(ctx, req.ID)
+	case methodReport:
+		var req reportReq
+		if err := msgpack.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		c.cons.heard(from, req.About)
+		return struct{}{}, nil
 	case methodRead:
 		var req readReq
 		if err := msgpack.Unmarshal(body, &req); err != nil {

@@ -118,6 +118,7 @@ func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
 			func() float64 { return float64(stats().Rereplicating) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_rereplicated_configuration", Help: "The configuration whose re-replication pass finished: every copy here is on its write set."},
 			func() float64 { return float64(stats().RereplicatedConfiguration) }),
+		counter("tether_cluster_link_reports_total", "Times this node told the Raft leader that its link to a replica failed (the leader then leaves one of the two out of the configuration for a while).", func(s cluster.Stats) uint64 { return s.Reports }),
 		counter("tether_cluster_frames_total", "History batches this node encoded for clients attached through other nodes.", func(s cluster.Stats) uint64 { return s.Frames }),
 	)
 }

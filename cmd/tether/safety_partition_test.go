@@ -173,6 +173,66 @@ func TestSafetyLinkDown(t *testing.T) {
 	c.verify(ss, c.others(), 20*time.Second)
 }
 
+// TestSafetyLinkBetweenTwo: the node link between two members is cut
+// (HTTP addresses, both ways) while gossip flows and the Raft leader
+// reaches both, so neither gossip nor the leader's probes see a fault.
+// A session owned by one with its copy on the other could never be
+// written again; the owner reports the replica to the leader, which
+// leaves one of the two out of the next configuration. Writes must go on
+// within linkDownBound, and nothing acked is lost.
+func TestSafetyLinkBetweenTwo(t *testing.T) {
+	t.Parallel()
+	c := startSafetyCluster(t, safetyOpts{nodes: 3, replicas: 2, splitAddrs: true})
+	ss := clientsOnEveryNode(c, 12, 2)
+	leader := -1
+	for i := range c.procs {
+		if v, err := c.procs[i].metric("tether_cluster_raft_leader"); err == nil && v == 1 {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no node reports itself the Raft leader")
+	}
+	a, b := c.others(leader)[0], c.others(leader)[1]
+	place := c.placement()
+	pair := 0
+	for _, sid := range c.sids {
+		if r := place.Replicas(sid, 2); slices.Contains(r, c.ids[a]) && slices.Contains(r, c.ids[b]) {
+			pair++
+		}
+	}
+	if pair == 0 {
+		t.Fatalf("no session is held by %s and %s together: nothing to test", c.ids[a], c.ids[b])
+	}
+	ctx := context.Background()
+	if err := c.lab.Block(ctx, a, c.lab.AddrOf(b, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.lab.Block(ctx, b, c.lab.AddrOf(a, 1)); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now()
+	writeAll(ss, 2*issuePartition, writePace)
+	to := time.Now()
+	if err := c.lab.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logWrites(t, ss)
+	for _, s := range ss {
+		if gap := s.maxAckGap(from, to); gap > linkDownBound {
+			t.Errorf("%s (%s): no ack for %v while the link %s-%s was down (bound %v)", s.name, s.sid, gap.Round(time.Millisecond), c.ids[a], c.ids[b], linkDownBound)
+		}
+	}
+	reports, _ := c.procs[a].metric("tether_cluster_link_reports_total")
+	more, _ := c.procs[b].metric("tether_cluster_link_reports_total")
+	if reports+more == 0 {
+		t.Errorf("neither %s nor %s reported the link to the leader (%d sessions held by both)", c.ids[a], c.ids[b], pair)
+	}
+	c.settle(c.others(), 40*time.Second)
+	sendEach(t, ss, 1, 30*time.Second)
+	c.verify(ss, c.others(), 20*time.Second)
+}
+
 // TestSafetyPausedNode: node1 is SIGSTOPped until the others declare it
 // dead; its clients move to the others and write; node1 is SIGCONTed
 // (it wakes with the view it had) and its clients come back to it at
