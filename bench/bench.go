@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/bench/netns"
 	"github.com/tether-dev/tether/gateway/client"
 )
 
@@ -31,6 +35,7 @@ type Bench struct {
 
 	dataDir, tmpDir string
 	local           *Local
+	lab             *netns.Lab   // the nodes' namespaces (--partition-every)
 	agentProc       *agentProc   // the endpoint started here (--agent http)
 	agent           *directAgent // the direct baseline's (--agent http)
 	urls            []string
@@ -181,6 +186,11 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 				go func() { defer killers.Done(); b.killLoop(phase, kl.every, kl.sig, rng) }()
 			}
 		}
+		if b.lab != nil {
+			killers.Add(1)
+			rng := mrand.New(mrand.NewPCG(b.seed, uint64(1<<40+3)))
+			go func() { defer killers.Done(); b.partitionLoop(phase, rng) }()
+		}
 	}
 
 	var users sync.WaitGroup
@@ -283,10 +293,17 @@ func (b *Bench) prepare(ctx context.Context) error {
 			return err
 		}
 	}
+	if cfg.PartitionEvery > 0 {
+		lab, err := netns.New(ctx, netns.Config{Nodes: cfg.Local, Prefix: "tb"})
+		if err != nil {
+			return fmt.Errorf("bench: --partition-every runs the nodes in network namespaces: %w", err)
+		}
+		b.lab = lab
+	}
 	local, err := NewLocal(ctx, LocalConfig{
 		N: cfg.Local, Bin: cfg.ServerBin, Dir: b.dataDir, JWTSecret: jwt, Window: cfg.Window,
 		Agent: cfg.Agent, ToolDelay: cfg.ToolDelay, Extra: cfg.ServerArgs,
-		AgentURL: agentURL, AgentSecret: agentSecret,
+		AgentURL: agentURL, AgentSecret: agentSecret, Lab: b.lab,
 	})
 	if err != nil {
 		return err
@@ -299,13 +316,27 @@ func (b *Bench) prepare(ctx context.Context) error {
 	return nil
 }
 
+// dial connects to a node: through its namespace with --local in a lab,
+// directly otherwise.
+func (b *Bench) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if b.local != nil {
+		return b.local.DialContext(ctx, network, addr)
+	}
+	return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+}
+
+// dialer is a WebSocket dialer over dial.
+func (b *Bench) dialer() *websocket.Dialer {
+	return &websocket.Dialer{NetDialContext: b.dial, HandshakeTimeout: 10 * time.Second}
+}
+
 // probeCluster makes a session on the first node and resumes it on each
 // other node, retrying for 20s while the cluster settles.
 func (b *Bench) probeCluster(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	tf := func(ctx context.Context) (string, error) { return b.tok.get(ctx, "bench-probe-"+b.runID) }
-	c, err := client.Dial(ctx, client.Config{URLs: b.urls[:1], TokenFunc: tf, MaxAttempts: 20})
+	c, err := client.Dial(ctx, client.Config{URLs: b.urls[:1], TokenFunc: tf, MaxAttempts: 20, Dialer: b.dialer()})
 	if err != nil {
 		return fmt.Errorf("bench: probe session on %s: %w", b.urls[0], err)
 	}
@@ -313,7 +344,7 @@ func (b *Bench) probeCluster(ctx context.Context) error {
 	_ = c.Close()
 	for _, u := range b.urls[1:] {
 		for {
-			c, err := client.Dial(ctx, client.Config{URLs: []string{u}, TokenFunc: tf, SessionID: sid, MaxAttempts: 5})
+			c, err := client.Dial(ctx, client.Config{URLs: []string{u}, TokenFunc: tf, SessionID: sid, MaxAttempts: 5, Dialer: b.dialer()})
 			if err == nil {
 				_ = c.Close()
 				break
@@ -336,7 +367,7 @@ func (b *Bench) newUser(i int) *user {
 		send:  mrand.New(mrand.NewPCG(b.seed, uint64(2*i))),
 		chaos: mrand.New(mrand.NewPCG(b.seed, uint64(2*i+1))),
 	}
-	u.net = newNetSim(b.dialError)
+	u.net = newNetSim(b.dial, b.dialError)
 	return u
 }
 
@@ -383,6 +414,9 @@ func (b *Bench) Close() error {
 		b.closeUsers()
 		if b.local != nil {
 			b.closeErr = b.local.Close()
+		}
+		if b.lab != nil {
+			b.closeErr = errors.Join(b.closeErr, b.lab.Close())
 		}
 		if b.agent != nil {
 			b.agent.close()

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"syscall"
 	"time"
@@ -203,6 +204,68 @@ func (b *Bench) restart(i int, k *killRec) {
 	k.RestartedAt = now
 	b.killMu.Unlock()
 	b.rec.Mark(Marker{At: now.Sub(b.start), Label: "up " + k.Node, Kind: "restart"})
+}
+
+// partitionLoop cuts a random node off from the others at every multiple
+// of cfg.PartitionEvery from the start, for cfg.PartitionFor, then heals
+// the lab. One time in three the cut is one way: the node's packets to
+// the others are dropped, theirs still reach it. Faults come one at a
+// time (nodeMu): a cut while another node is down would leave no
+// majority, which tests nothing but patience.
+func (b *Bench) partitionLoop(ctx context.Context, rng *rand.Rand) {
+	next := b.start
+	for {
+		next = next.Add(b.cfg.PartitionEvery)
+		if !sleepCtx(ctx, time.Until(next)) {
+			return
+		}
+		b.nodeMu.Lock()
+		b.partition(ctx, rng)
+		b.nodeMu.Unlock()
+	}
+}
+
+func (b *Bench) partition(ctx context.Context, rng *rand.Rand) {
+	n := b.local.Len()
+	i := rng.IntN(n)
+	oneWay := rng.IntN(3) == 0
+	k := &killRec{At: time.Now(), Node: b.local.Name(i), Signal: "CUT"}
+	if oneWay {
+		k.Signal = "CUT1W"
+	}
+	b.killMu.Lock()
+	b.kills = append(b.kills, k)
+	b.killMu.Unlock()
+	b.rec.Mark(Marker{At: k.At.Sub(b.start), Label: k.Signal + " " + k.Node, Kind: "partition"})
+	// The lab's own commands must run to the end even when the phase
+	// does: a cut left in place would outlive the run.
+	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	if oneWay {
+		for j := range n {
+			if j != i {
+				err = errors.Join(err, b.lab.CutOneWay(lctx, i, j))
+			}
+		}
+	} else {
+		err = b.lab.Isolate(lctx, i)
+	}
+	if err != nil {
+		b.rec.Error("node_partition", time.Now())
+		b.cfg.Logger.Error("partition node", "node", k.Node, "err", err)
+	}
+	sleepCtx(ctx, b.cfg.PartitionFor)
+	if err := b.lab.Heal(lctx); err != nil {
+		b.rec.Error("node_heal", time.Now())
+		b.cfg.Logger.Error("heal the partition", "node", k.Node, "err", err)
+		return
+	}
+	now := time.Now()
+	b.killMu.Lock()
+	k.RestartedAt = now
+	b.killMu.Unlock()
+	b.rec.Mark(Marker{At: now.Sub(b.start), Label: "heal " + k.Node, Kind: "restart"})
 }
 
 // newRand is a generator for one purpose (stream) of a seeded run.

@@ -90,6 +90,14 @@ type Config struct {
 	// a paused process, a VM migrating, a GC pause of minutes. Its
 	// sessions move while it sleeps; when it wakes it must step down.
 	PauseEvery, PauseFor time.Duration
+	// PartitionEvery (Local with at least 3 nodes, Linux, root): the
+	// nodes run in network namespaces of their own (bench/netns), and
+	// every PartitionEvery one random node is cut off from the others for
+	// PartitionFor (default 12s): both ways, or, one time in three, only
+	// its packets to them (an asymmetric cut). Its clients stay on its
+	// side of the cut and keep writing; the majority takes its sessions.
+	// Then the cut heals. Faults of all kinds come one at a time.
+	PartitionEvery, PartitionFor time.Duration
 
 	// Client tuning.
 	MaxBackoff   time.Duration // the clients' reconnect backoff cap. Default 1s.
@@ -165,6 +173,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TermEvery, "term-every", 0, "with --local: SIGTERM a random node this often")
 	fs.DurationVar(&c.PauseEvery, "pause-every", 0, "with --local: SIGSTOP a random node this often, SIGCONT after --pause-for")
 	fs.DurationVar(&c.PauseFor, "pause-for", 8*time.Second, "how long a paused node stays stopped")
+	fs.DurationVar(&c.PartitionEvery, "partition-every", 0, "with --local 3 or more (Linux, root): cut a random node off from the others this often (network namespaces), for --partition-for")
+	fs.DurationVar(&c.PartitionFor, "partition-for", 12*time.Second, "how long a partition lasts")
 	fs.DurationVar(&c.Down, "down", 2*time.Second, "a killed node stays down this long")
 	fs.DurationVar(&c.MaxBackoff, "max-backoff", time.Second, "clients' reconnect backoff cap")
 	fs.DurationVar(&c.ReplyTimeout, "reply-timeout", 30*time.Second, "how long a user waits for a reply")
@@ -223,6 +233,8 @@ func (c *Config) setDefaults() error {
 	}
 	c.ExpireFrac = min(max(c.ExpireFrac, 0), 1)
 	def(&c.Down, 2*time.Second)
+	def(&c.PauseFor, 8*time.Second)
+	def(&c.PartitionFor, 12*time.Second)
 	def(&c.MaxBackoff, time.Second)
 	def(&c.ReplyTimeout, 30*time.Second)
 	def(&c.Drain, 20*time.Second)
@@ -268,6 +280,12 @@ func (c *Config) validate() error {
 		return errors.New("bench: --kill-every, --term-every and --pause-every need --local")
 	case c.PauseEvery > 0 && c.PauseFor <= 0:
 		return errors.New("bench: --pause-for must be positive")
+	case c.PartitionEvery > 0 && c.Local < 3:
+		return errors.New("bench: --partition-every needs --local 3 or more (a majority to cut a node off from)")
+	case c.PartitionEvery > 0 && c.PartitionFor <= 0:
+		return errors.New("bench: --partition-for must be positive")
+	case c.PartitionEvery > 0 && c.Agent == "http":
+		return errors.New("bench: --partition-every cannot be used with --agent http: the nodes run in network namespaces that cannot reach an agent endpoint on this host")
 	case c.Sessions < 1 || c.Rate <= 0 || c.Duration <= 0 || c.Ramp < 0:
 		return errors.New("bench: --sessions, --rate and --duration must be positive")
 	case c.Agent != "echo" && c.Agent != "demo" && c.Agent != "http":

@@ -110,10 +110,10 @@ type series struct {
 
 // Chart geometry.
 const (
-	chartW, chartH             = 960, 250
-	padL, padR, padT, padB     = 64, 16, 34, 36
-	plotW, plotH               = chartW - padL - padR, chartH - padT - padB
-	markKill, markTerm, markUp = "#d62728", "#ff7f0e", "#2ca02c"
+	chartW, chartH                      = 960, 250
+	padL, padR, padT, padB              = 64, 16, 34, 36
+	plotW, plotH                        = chartW - padL - padR, chartH - padT - padB
+	markKill, markTerm, markUp, markCut = "#d62728", "#ff7f0e", "#2ca02c", "#9467bd"
 )
 
 // svgChart draws series over the run's seconds as an inline SVG, with
@@ -151,6 +151,8 @@ func svgChart(title string, n int, ss []series, marks []MarkerReport, logY bool)
 		switch m.Kind {
 		case "term":
 			color = markTerm
+		case "partition":
+			color = markCut
 		case "restart":
 			color, dash = markUp, "2,3"
 		}

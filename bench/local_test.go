@@ -76,7 +76,7 @@ func TestLocalNodeNetworkAndHooks(t *testing.T) {
 	}
 	var dialErrs []error
 	var errMu sync.Mutex
-	ns := newNetSim(func(err error) { errMu.Lock(); dialErrs = append(dialErrs, err); errMu.Unlock() })
+	ns := newNetSim(nil, func(err error) { errMu.Lock(); dialErrs = append(dialErrs, err); errMu.Unlock() })
 	h := newHookLog()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

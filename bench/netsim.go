@@ -37,7 +37,7 @@ func classifyDial(err error) error {
 // passing bytes, as when a phone loses signal) or restores it. While it
 // is down, dials wait until it is restored or their context ends.
 type netSim struct {
-	dialer  net.Dialer
+	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
 	onError func(error) // a dial failed for a reason of its own
 
 	mu    sync.Mutex
@@ -46,11 +46,15 @@ type netSim struct {
 	last  *simConn // the newest connection
 }
 
-func newNetSim(onError func(error)) *netSim {
+// newNetSim makes a user's network; dial (nil: a plain net.Dialer)
+// makes its real connections.
+func newNetSim(dial func(ctx context.Context, network, addr string) (net.Conn, error), onError func(error)) *netSim {
 	up := make(chan struct{})
 	close(up)
-	return &netSim{up: up, conns: make(map[*simConn]struct{}), onError: onError,
-		dialer: net.Dialer{Timeout: 10 * time.Second}}
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+	}
+	return &netSim{up: up, conns: make(map[*simConn]struct{}), onError: onError, dialer: dial}
 }
 
 // dial is the client's websocket.Dialer.NetDialContext.
@@ -63,7 +67,7 @@ func (n *netSim) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	case <-ctx.Done():
 		return nil, fmt.Errorf("simulated network down: %w", ctx.Err())
 	}
-	c, err := n.dialer.DialContext(ctx, network, addr)
+	c, err := n.dialer(ctx, network, addr)
 	if err != nil {
 		err = classifyDial(err)
 		if n.onError != nil && ctx.Err() == nil {

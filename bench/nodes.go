@@ -3,20 +3,27 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/tether-dev/tether/bench/netns"
 	"github.com/tether-dev/tether/cluster"
 )
 
@@ -38,7 +45,18 @@ type LocalConfig struct {
 	// StartTimeout bounds one start (until `listening` is logged and
 	// /readyz answers 200). Default 30s.
 	StartTimeout time.Duration
+	// Lab, if set, runs node i inside the lab's namespace i, on the lab's
+	// addresses (so that --partition-every can cut their links for real);
+	// the harness reaches each node from inside its namespace (DialContext).
+	// The nodes then need a cluster secret: gossip is not on loopback.
+	Lab *netns.Lab
 }
+
+// Ports of a node in a lab: every node has an address of its own.
+const (
+	labHTTPPort   = 8080
+	labGossipPort = 7946
+)
 
 // localNode is one `tether serve` process, restarted on the same
 // addresses and data directory.
@@ -63,6 +81,12 @@ type localNode struct {
 type Local struct {
 	cfg   LocalConfig
 	nodes []*localNode
+	// forks runs each node's fork on one OS thread that lives as long as
+	// the Local: Pdeathsig fires when the thread that forked the child
+	// exits, and the lab's dials end the threads they lock (netns), which
+	// may be any thread a plain Start ran on.
+	forks    chan func()
+	forksEnd sync.Once
 }
 
 // NewLocal picks free addresses for cfg.N nodes and starts them, the
@@ -78,14 +102,18 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: node directory: %w", err)
 	}
-	l := &Local{cfg: cfg}
+	if cfg.Lab != nil && cfg.Lab.Nodes() < cfg.N {
+		return nil, fmt.Errorf("bench: the lab has %d namespaces for %d nodes", cfg.Lab.Nodes(), cfg.N)
+	}
+	l := &Local{cfg: cfg, forks: make(chan func())}
+	go l.forker()
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	secret := hex.EncodeToString(key[:]) // one for all nodes
 	for i := range cfg.N {
-		listen, err := cluster.FreeLocalAddr(false)
+		listen, gossip, err := l.addrs(i)
 		if err != nil {
-			return nil, err
-		}
-		gossip, err := cluster.FreeLocalAddr(true)
-		if err != nil {
+			_ = l.Close()
 			return nil, err
 		}
 		n := &localNode{
@@ -103,6 +131,9 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		if cfg.Agent == "http" {
 			n.args = append(n.args, "--agent-url", cfg.AgentURL)
 		}
+		if cfg.Lab != nil {
+			n.args = append(n.args, "--cluster-secret", secret)
+		}
 		n.args = append(n.args, cfg.Extra...)
 		l.nodes = append(l.nodes, n)
 	}
@@ -113,6 +144,33 @@ func NewLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 	}
 	return l, nil
+}
+
+// addrs picks node i's HTTP and gossip addresses: free loopback ports, or
+// fixed ports on its own address in the lab.
+func (l *Local) addrs(i int) (listen, gossip string, err error) {
+	if lab := l.cfg.Lab; lab != nil {
+		return netip.AddrPortFrom(lab.Addr(i), labHTTPPort).String(), netip.AddrPortFrom(lab.Addr(i), labGossipPort).String(), nil
+	}
+	if listen, err = cluster.FreeLocalAddr(false); err != nil {
+		return "", "", err
+	}
+	gossip, err = cluster.FreeLocalAddr(true)
+	return listen, gossip, err
+}
+
+// DialContext connects to a node's address: directly, or from inside the
+// namespace of the node with that address (a client on its side of any
+// cut).
+func (l *Local) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if l.cfg.Lab != nil {
+		for i, n := range l.nodes {
+			if n.listen == addr {
+				return l.cfg.Lab.DialContext(ctx, i, network, addr)
+			}
+		}
+	}
+	return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 }
 
 // URLs are the nodes' WebSocket URLs.
@@ -193,7 +251,11 @@ func (l *Local) Start(ctx context.Context, i int) error {
 		n.mu.Unlock()
 		return fmt.Errorf("bench: node log: %w", err)
 	}
-	cmd := exec.Command(l.cfg.Bin, append(n.args, l.joinArgs(i)...)...)
+	args := append(slices.Clone(n.args), l.joinArgs(i)...)
+	cmd := exec.Command(l.cfg.Bin, args...)
+	if l.cfg.Lab != nil {
+		cmd = l.cfg.Lab.Command(context.Background(), i, l.cfg.Bin, args...)
+	}
 	cmd.Env = childEnv()
 	if l.cfg.Agent == "http" {
 		cmd.Env = append(cmd.Env, "TETHER_AGENT_SECRET="+l.cfg.AgentSecret)
@@ -207,7 +269,9 @@ func (l *Local) Start(ctx context.Context, i int) error {
 		n.mu.Unlock()
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	done := make(chan error, 1)
+	l.forks <- func() { done <- cmd.Start() }
+	if err := <-done; err != nil {
 		_ = logf.Close()
 		n.mu.Unlock()
 		return fmt.Errorf("bench: start %s (%s): %w", n.name, l.cfg.Bin, err)
@@ -234,14 +298,14 @@ func (l *Local) Start(ctx context.Context, i int) error {
 		_ = cmd.Wait()
 		_ = logf.Close()
 	}()
-	if err := n.waitReady(ctx, l.cfg.StartTimeout, listening, exited); err != nil {
+	if err := n.waitReady(ctx, l.DialContext, l.cfg.StartTimeout, listening, exited); err != nil {
 		_ = l.Signal(i, syscall.SIGKILL)
 		return fmt.Errorf("bench: %s did not start: %w\n%s", n.name, err, tail(n.logPath, 20))
 	}
 	return nil
 }
 
-func (n *localNode) waitReady(ctx context.Context, timeout time.Duration, listening, exited chan struct{}) error {
+func (n *localNode) waitReady(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), timeout time.Duration, listening, exited chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	select {
@@ -252,7 +316,7 @@ func (n *localNode) waitReady(ctx context.Context, timeout time.Duration, listen
 		return fmt.Errorf("no `listening` line: %w", ctx.Err())
 	}
 	url := "http://" + n.listen + "/readyz"
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // no idle connection left behind
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: dial}} // no idle connection left behind
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := hc.Do(req)
@@ -327,7 +391,16 @@ func (l *Local) Pause(i int, pause bool) error {
 	return nil
 }
 
-// Close stops every node with SIGTERM (SIGKILL after 20s).
+// forker runs the forks, locked to its thread until Close.
+func (l *Local) forker() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for f := range l.forks {
+		f()
+	}
+}
+
+// Close stops every node with SIGTERM (SIGKILL after 20s). Safe twice.
 func (l *Local) Close() error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(l.nodes))
@@ -336,6 +409,7 @@ func (l *Local) Close() error {
 		go func() { defer wg.Done(); errs[i] = l.Signal(i, syscall.SIGTERM) }()
 	}
 	wg.Wait()
+	l.forksEnd.Do(func() { close(l.forks) })
 	return errors.Join(errs...)
 }
 

@@ -49,7 +49,7 @@ func (b *Bench) progressLine(now time.Time, prev, cur map[string]int64, dt time.
 	b.killMu.Lock()
 	kills := len(b.kills)
 	b.killMu.Unlock()
-	return fmt.Sprintf("[%4.0fs %s] %.0f sends/s, ack p99 %.1fms, %.0f replies/s, %.1f resumes/s (%d in all), %d expired, %d node kills, %d errors, %d violations",
+	return fmt.Sprintf("[%4.0fs %s] %.0f sends/s, ack p99 %.1fms, %.0f replies/s, %.1f resumes/s (%d in all), %d expired, %d node faults, %d errors, %d violations",
 		elapsed.Seconds(), stage, rate(CSends), p99, rate(CReplies), rate(CResumes), cur[CResumes],
 		cur[CExpired], kills, cur[CErrors], b.ver.Total())
 }

@@ -79,6 +79,9 @@ type Scenario struct {
 	DownS       float64 `json:"down_s"`
 	PauseEveryS float64 `json:"pause_every_s,omitempty"`
 	PauseForS   float64 `json:"pause_for_s,omitempty"`
+	// PartitionEveryS and PartitionForS: --partition-every, --partition-for.
+	PartitionEveryS float64 `json:"partition_every_s,omitempty"`
+	PartitionForS   float64 `json:"partition_for_s,omitempty"`
 }
 
 // Counts are the run's totals.
@@ -103,6 +106,7 @@ type Counts struct {
 	NodeKills        int    `json:"node_kills"`
 	NodeTerms        int    `json:"node_terms"`
 	NodePauses       int    `json:"node_pauses"`
+	NodePartitions   int    `json:"node_partitions"` // cuts, both ways or one way (Kills: signal CUT, CUT1W)
 	EntriesSeen      int    `json:"entries_seen"`
 	EntriesReread    int    `json:"entries_reread"`
 	EntriesCompared  int    `json:"entries_compared"`
@@ -211,6 +215,7 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 			AwayMaxS: b.cfg.AwayMax.Seconds(), ExpireFrac: b.cfg.ExpireFrac, KillEveryS: b.cfg.KillEvery.Seconds(),
 			TermEveryS: b.cfg.TermEvery.Seconds(), DownS: b.cfg.Down.Seconds(),
 			PauseEveryS: b.cfg.PauseEvery.Seconds(), PauseForS: b.cfg.PauseFor.Seconds(),
+			PartitionEveryS: b.cfg.PartitionEvery.Seconds(), PartitionForS: b.cfg.PartitionFor.Seconds(),
 		},
 		Counts: Counts{
 			Users: len(b.users), Sessions: c[CNewSessions], SessionsVerified: vc.Verified, SessionsExpired: vc.Expired,
@@ -273,6 +278,8 @@ func (b *Bench) report(elapsed time.Duration, interrupted bool) *Report {
 			r.Counts.NodeKills++
 		case "STOP":
 			r.Counts.NodePauses++
+		case "CUT", "CUT1W":
+			r.Counts.NodePartitions++
 		default:
 			r.Counts.NodeTerms++
 		}
@@ -392,7 +399,7 @@ func (r *Report) SummaryRows() [][2]string {
 			c.Sends, c.AckedSends, c.AcksVerified, c.Replies, c.ToolCalls)},
 		{"rates", fmt.Sprintf("%.1f sends/s, %.1f replies/s, %.2f resumes/s, %.2f disconnects/s",
 			r.Rates.SendsPerS, r.Rates.RepliesPerS, r.Rates.ResumesPerS, r.Rates.DisconnectsPerS)},
-		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms, %d node pauses", c.Drops, c.Silences, c.NodeKills, c.NodeTerms, c.NodePauses)},
+		{"disruptions", fmt.Sprintf("%d drops, %d silences, %d node kills, %d node terms, %d node pauses, %d partitions", c.Drops, c.Silences, c.NodeKills, c.NodeTerms, c.NodePauses, c.NodePartitions)},
 		{"entries", fmt.Sprintf("%d seen live, %d read back (%d compared); client repaired %d gaps, dropped %d duplicates, resent %d",
 			c.EntriesSeen, c.EntriesReread, c.EntriesCompared, c.ClientGaps, c.ClientDuplicates, c.ClientResends)},
 	}

@@ -86,7 +86,7 @@ func (b *Bench) fetch(ctx context.Context, u *user, sid string) ([]wire.Message,
 	rng := newRand(b.seed, uint64(1<<42+u.idx))
 	rng.Shuffle(len(urls), func(i, j int) { urls[i], urls[j] = urls[j], urls[i] })
 	c, err := client.Dial(ctx, client.Config{
-		URLs: urls, SessionID: sid, MaxBackoff: b.cfg.MaxBackoff, TLS: b.cfg.TLS,
+		URLs: urls, SessionID: sid, MaxBackoff: b.cfg.MaxBackoff, TLS: b.cfg.TLS, Dialer: b.dialer(),
 		TokenFunc: func(ctx context.Context) (string, error) { return b.tok.get(ctx, u.name) },
 		OnSession: func(f wire.SessionFrame) {
 			mu.Lock()

@@ -134,6 +134,12 @@ func (u *user) dial(ctx context.Context) (*run, error) {
 		OnSession:    r.onSession,
 		OnConnect:    r.onConnect,
 		OnDisconnect: r.onDisconnect,
+		Logger:       b.cfg.Logger.With("user", u.name),
+		// As tether.js and tether chat do: a hello of this user's that
+		// a slow node acts on late (its client gave up on it, say across a
+		// partition) joins the session instead of taking it from the
+		// user's newer connection.
+		Shared: true,
 	})
 	if err != nil {
 		if ctx.Err() == nil {
