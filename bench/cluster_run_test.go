@@ -62,8 +62,8 @@ func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 }
 
 // The same with partitions instead of kills: the three nodes run in
-// network namespaces (bench/netns), and every 7 s one is cut off from the
-// other two for 4 s (both ways, or one way), while its users keep writing
+// network namespaces (bench/netns), and every 6 s one is cut off from the
+// other two for 3 s (both ways, or one way), while its users keep writing
 // through it. Nothing acked is lost, no seq holds two contents.
 func TestLocalClusterRunWithPartitionsHasNoViolations(t *testing.T) {
 	if testing.Short() {
@@ -82,10 +82,10 @@ func TestLocalClusterRunWithPartitionsHasNoViolations(t *testing.T) {
 	b, err := New(Config{
 		Local: 3, ServerBin: serverBin(t), DataDir: filepath.Join(t.TempDir(), "nodes"),
 		ServerArgs: []string{"--gossip-timing=test", "--replicas=2"},
-		Sessions:   30, Ramp: 2 * time.Second, Duration: 22 * time.Second, Rate: 1,
+		Sessions:   30, Ramp: 2 * time.Second, Duration: 15 * time.Second, Rate: 1,
 		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
 		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond,
-		PartitionEvery: 7 * time.Second, PartitionFor: 4 * time.Second,
+		PartitionEvery: 6 * time.Second, PartitionFor: 3 * time.Second,
 		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,
 		Out: &out, Err: &errOut,
 	})

@@ -35,14 +35,20 @@ type reportReq struct {
 // rate-limit), and, on the leader, the reports it holds.
 type reports struct {
 	mu   sync.Mutex
-	sent map[string]time.Time    // member → when this node last reported it
-	held map[[2]string]time.Time // (from, about) → when the leader heard it
-	out  map[string]bool         // left out of the configuration for a report (for logs)
-	now  func() time.Time        // time.Now
+	sent map[string]time.Time  // member → when this node last reported it
+	held map[[2]string]heardAt // (from, about) → when the leader heard it
+	out  map[string]bool       // left out of the configuration for a report (for logs)
+	now  func() time.Time      // time.Now
 }
 
+// heardAt is when the leader first and last heard of a pair: a pair
+// counts once its reports have gone on for the leader's settle time, so
+// that a link still dialing (a node just joined, a moment of overload)
+// leaves no one out.
+type heardAt struct{ first, last time.Time }
+
 func newReports() *reports {
-	return &reports{sent: map[string]time.Time{}, held: map[[2]string]time.Time{}, out: map[string]bool{}, now: time.Now}
+	return &reports{sent: map[string]time.Time{}, held: map[[2]string]heardAt{}, out: map[string]bool{}, now: time.Now}
 }
 
 // reportUnreachable tells the Raft leader that this node's link to member
@@ -85,8 +91,14 @@ func (cs *consensus) heard(from, about string) {
 		return
 	}
 	r := cs.c.reports
+	p, now := [2]string{from, about}, r.now()
 	r.mu.Lock()
-	r.held[[2]string{from, about}] = r.now()
+	h, ok := r.held[p]
+	if !ok || now.Sub(h.last) > 3*reportEvery {
+		h.first = now // a new run of reports
+	}
+	h.last = now
+	r.held[p] = h
 	r.mu.Unlock()
 	cs.poke()
 }
@@ -97,8 +109,8 @@ func (cs *consensus) heard(from, about string) {
 func (cs *consensus) reportHold() time.Duration { return 10 * cs.settle() }
 
 // reportedOut is the set of members the leader leaves out of the next
-// configuration for the reports it holds, given the members that would be
-// in it. Of each reported pair one goes: the reporter if it reported
+// configuration for the reports it holds (those that went on for its
+// settle time), given the members that would be in it. Of each reported pair one goes: the reporter if it reported
 // most of the others (its own link is the likely fault), else the member
 // reported. The leader never leaves itself out, nor one of a pair when
 // the other is already out.
@@ -111,9 +123,12 @@ func (cs *consensus) reportedOut(members []string) map[string]bool {
 	by := map[string]int{} // distinct members each reporter reported
 	var pairs [][2]string
 	for p, at := range r.held {
-		if r.now().Sub(at) > hold || !slices.Contains(members, p[0]) || !slices.Contains(members, p[1]) {
+		if r.now().Sub(at.last) > hold || !slices.Contains(members, p[0]) || !slices.Contains(members, p[1]) {
 			delete(r.held, p)
 			continue
+		}
+		if at.last.Sub(at.first) < cs.settle() {
+			continue // not for long enough yet
 		}
 		by[p[0]]++
 		pairs = append(pairs, p)

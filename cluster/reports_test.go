@@ -26,6 +26,7 @@ func TestReportedOut(t *testing.T) {
 		{"two reports out of five members' four peers: still the reporter", five, [][2]string{{"b", "c"}, {"b", "e"}}, nil, []string{"b"}},
 		{"one report of three peers", []string{"a", "b", "c"}, [][2]string{{"b", "c"}}, nil, []string{"c"}},
 		{"an old report is forgotten", five, nil, [][2]string{{"b", "c"}}, nil},
+		{"reports for less than the settle time count for nothing", five, nil, nil, nil},
 		{"a member no longer in the configuration", []string{"a", "b"}, [][2]string{{"b", "c"}}, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,11 +34,13 @@ func TestReportedOut(t *testing.T) {
 			c.reports.now = func() time.Time { return now }
 			cs := &consensus{c: c, log: quiet}
 			for _, p := range tc.reports {
-				c.reports.held[p] = now
+				c.reports.held[p] = heardAt{first: now.Add(-cs.settle()), last: now}
 			}
 			for _, p := range tc.old {
-				c.reports.held[p] = now.Add(-cs.reportHold() - time.Second)
+				last := now.Add(-cs.reportHold() - time.Second)
+				c.reports.held[p] = heardAt{first: last.Add(-cs.settle()), last: last}
 			}
+			c.reports.held[[2]string{"d", "e"}] = heardAt{first: now.Add(-cs.settle() / 2), last: now} // too short to count
 			got := slices.Sorted(maps.Keys(cs.reportedOut(tc.members)))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("left out %v, want %v", got, tc.want)

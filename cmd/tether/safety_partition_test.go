@@ -212,7 +212,7 @@ func TestSafetyLinkBetweenTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := time.Now()
-	writeAll(ss, 2*issuePartition, writePace)
+	writeAll(ss, issuePartition+4*time.Second, writePace)
 	to := time.Now()
 	if err := c.lab.Heal(ctx); err != nil {
 		t.Fatal(err)
