@@ -21,35 +21,17 @@ func TestLocalClusterRunWithKillsHasNoViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three real nodes for ~30s")
 	}
-	dir := t.TempDir()
-	var out, errOut bytes.Buffer
-	b, err := New(Config{
-		Local: 3, ServerBin: serverBin(t), DataDir: filepath.Join(dir, "nodes"),
+	rep := runLocal(t, Config{
+		Local:      3,
 		ServerArgs: []string{"--gossip-timing=test", "--replicas=2"},
 		Sessions:   40, Ramp: 2 * time.Second, Duration: 20 * time.Second, Rate: 1,
 		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
 		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond, KillEvery: 8 * time.Second, Down: time.Second,
 		PauseEvery: 9 * time.Second, PauseFor: 3 * time.Second,
 		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,
-		Out: &out, Err: &errOut,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := b.Run(ctx)
-	if cerr := b.Close(); cerr != nil {
-		t.Errorf("close: %v", cerr)
-	}
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, errOut.String())
-	}
-	t.Logf("summary:\n%s", out.String())
 	c := rep.Counts
 	switch {
-	case !rep.Passed || c.Violations != 0:
-		t.Fatalf("violations:\n%s\n%s", out.String(), errOut.String())
 	case c.NodeKills < 2 || c.NodePauses < 1:
 		t.Fatalf("%d node kills, %d pauses; want at least 2 and 1", c.NodeKills, c.NodePauses)
 	case c.AckedSends < 100 || c.AcksVerified+c.UncheckedAcks != c.AckedSends:
@@ -78,34 +60,17 @@ func TestLocalClusterRunWithPartitionsHasNoViolations(t *testing.T) {
 	if err := lab.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut bytes.Buffer
-	b, err := New(Config{
-		Local: 3, ServerBin: serverBin(t), DataDir: filepath.Join(t.TempDir(), "nodes"),
+	rep := runLocal(t, Config{
+		Local:      3,
 		ServerArgs: []string{"--gossip-timing=test", "--replicas=2"},
 		Sessions:   30, Ramp: 2 * time.Second, Duration: 15 * time.Second, Rate: 1,
 		DropEvery: 4 * time.Second, AwayMax: time.Second, SilentFrac: 0.3,
 		AgentMix: 0.3, ToolDelay: 300 * time.Millisecond,
 		PartitionEvery: 6 * time.Second, PartitionFor: 3 * time.Second,
 		MaxBackoff: 500 * time.Millisecond, Drain: 20 * time.Second,
-		Out: &out, Err: &errOut,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := b.Run(ctx)
-	if cerr := b.Close(); cerr != nil {
-		t.Errorf("close: %v", cerr)
-	}
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, errOut.String())
-	}
-	t.Logf("summary:\n%s", out.String())
 	c := rep.Counts
 	switch {
-	case !rep.Passed || c.Violations != 0:
-		t.Fatalf("violations:\n%s\n%s", out.String(), errOut.String())
 	case c.NodePartitions < 2:
 		t.Fatalf("%d partitions, want at least 2", c.NodePartitions)
 	case c.AckedSends < 100 || c.AcksVerified+c.UncheckedAcks != c.AckedSends:
@@ -131,4 +96,31 @@ func TestPartitionFlagsChecked(t *testing.T) {
 			t.Errorf("%+v: got %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// runLocal runs cfg against real local nodes (the tether binary, a data
+// directory of the test's), logs the summary, and fails the test on an
+// error or any violation.
+func runLocal(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cfg.ServerBin, cfg.DataDir, cfg.Out, cfg.Err = serverBin(t), filepath.Join(t.TempDir(), "nodes"), &out, &errOut
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := b.Run(ctx)
+	if cerr := b.Close(); cerr != nil {
+		t.Errorf("close: %v", cerr)
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	t.Logf("summary:\n%s", out.String())
+	if !rep.Passed || rep.Counts.Violations != 0 {
+		t.Fatalf("violations:\n%s\n%s", out.String(), errOut.String())
+	}
+	return rep
 }
