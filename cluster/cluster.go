@@ -388,13 +388,6 @@ func (c *Cluster) replicas(sid string) []string {
 	return c.place.Replicas(sid, c.config.Replicas)
 }
 
-// configNumber is the newest applied configuration's number.
-func (c *Cluster) configNumber() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.config.Number
-}
-
 // member returns a node's addresses: from the newest configuration that
 // names it, else from gossip.
 func (c *Cluster) member(id string) (Member, bool) {

@@ -94,7 +94,11 @@
 // up before the session is served (a failed append may have left entries
 // here alone; they are shown only once all replicas hold them). An actor
 // another node may have owned in between (this node was paused or cut
-// off, then came back as owner) is stopped before it serves a hello.
+// off, then came back as owner) is stopped before it serves a hello, and
+// its replicator ships nothing more: a copy it caught up would be marked
+// complete as of the newest configuration (Settled) while missing what
+// the owner in between acknowledged, and a later claim trusting that mark
+// would skip the write sets that hold those entries.
 // An entry is acknowledged only when all R replicas of the configuration
 // stored it; a replica that does not answer within ForwardFor fails the
 // append (unavailable, 1013). After each configuration change, sessions

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -87,10 +88,16 @@ func (c *Cluster) moveLoop() {
 // its appends would be fenced.
 func (c *Cluster) ownedThroughout(sid string) bool {
 	epoch := c.journal.claimedUnder(sid)
-	if epoch == 0 {
-		return true
-	}
+	return epoch == 0 || c.ownedSince(sid, epoch, math.MaxUint64)
+}
+
+// ownedSince reports whether this node owned sid under every
+// configuration from the one epoch was claimed under up to number upTo.
+func (c *Cluster) ownedSince(sid string, epoch, upTo uint64) bool {
 	for _, cfg := range c.cons.fsm.since(epochConfig(epoch)) {
+		if cfg.Number > upTo {
+			break
+		}
 		if c.cons.fsm.placement(cfg).Owner(sid) != c.cfg.Self.ID {
 			return false
 		}

@@ -160,8 +160,13 @@ func (r *replicator) replicate(cp wal.Copy) error {
 	backoff := 20 * time.Millisecond
 	deadline := time.Now().Add(r.c.cfg.ForwardFor)
 	for {
-		r.settle = r.c.configNumber()
-		err := r.shipTo(r.targets(), cp)
+		number, targets, err := r.shipUnder()
+		if err != nil {
+			r.c.stats.unavailable.Add(1)
+			return err
+		}
+		r.settle = number
+		err = r.shipTo(targets, cp)
 		if err == nil {
 			if n := len(cp.Entries); n > 0 {
 				r.shipped, r.shippedEpoch = cp.Entries[n-1].Seq, cp.Entries[n-1].Epoch
@@ -199,6 +204,25 @@ func (r *replicator) replicate(cp wal.Copy) error {
 // targets are the session's replicas but this node.
 func (r *replicator) targets() []string {
 	return slices.DeleteFunc(r.c.replicas(r.sid), func(id string) bool { return id == r.c.cfg.Self.ID })
+}
+
+// shipUnder is the configuration a shipment goes out under: the newest
+// applied one's number and the session's replicas in it but this node.
+// It is an error when this node has not owned the session in every
+// configuration since its claim up to that one: another owner may have
+// acknowledged entries in between that this node never saw, so nothing
+// it ships may be acknowledged, nor mark a copy complete as of that
+// configuration (wal.Header.Settled) — a later claim would trust such a
+// copy and skip the write sets that hold those entries.
+func (r *replicator) shipUnder() (uint64, []string, error) {
+	r.c.mu.RLock()
+	number := r.c.config.Number
+	replicas := r.c.place.Replicas(r.sid, r.c.config.Replicas)
+	r.c.mu.RUnlock()
+	if !r.c.ownedSince(r.sid, r.epoch, number) {
+		return 0, nil, fmt.Errorf("%w: %s had another owner after this node's claim (configuration %d), up to configuration %d", ErrUnavailable, r.sid, epochConfig(r.epoch), number)
+	}
+	return number, slices.DeleteFunc(replicas, func(id string) bool { return id == r.c.cfg.Self.ID }), nil
 }
 
 // shipTo stores cp on every target in parallel; the first error (a fence
@@ -262,8 +286,10 @@ func (r *replicator) setSynced(t string, ok bool) {
 // replay or a duplicate send's ack would otherwise show them while they
 // are on this node alone.
 func (r *replicator) fenceAll(ctx context.Context) error {
-	settle := r.c.configNumber()
-	targets := r.targets()
+	settle, targets, err := r.shipUnder()
+	if err != nil {
+		return err
+	}
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, t := range targets {
