@@ -51,8 +51,9 @@ type consensus struct {
 	hadState    bool
 	kick        chan struct{} // gossip changed: the leader reconciles
 	closeOnce   sync.Once
-	reconcileMu sync.Mutex     // the loop and letLeave both reconcile
-	fails       map[string]int // probes in a row a member's link missed (under reconcileMu)
+	reconcileMu sync.Mutex           // the loop and letLeave both reconcile
+	fails       map[string]int       // probes in a row a member's link missed (under reconcileMu)
+	missing     map[string]time.Time // voters gossip does not list, since when (under reconcileMu)
 	closeErr    error
 
 	mu            sync.Mutex
@@ -69,7 +70,7 @@ func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: raft directory: %w", err)
 	}
-	cs := &consensus{c: c, log: c.log.With("component", "raft"), expect: cfg.BootstrapExpect, kick: make(chan struct{}, 1), fails: map[string]int{}}
+	cs := &consensus{c: c, log: c.log.With("component", "raft"), expect: cfg.BootstrapExpect, kick: make(chan struct{}, 1), fails: map[string]int{}, missing: map[string]time.Time{}}
 	cs.fsm = newFSM(cfg.Placement, changed)
 	var err error
 	if cs.store, err = openRaftStore(filepath.Join(dir, "log"), cs.log); err != nil {
@@ -207,6 +208,7 @@ type Status struct {
 	Configuration uint64        // the newest applied configuration's number
 	Leader        string        // the leader's id, "" when none is known
 	Voters        int           // voters in Raft's configuration
+	Voter         bool          // this node is one of them
 	IsLeader      bool          // this node leads
 	CommitLatency time.Duration // the leader's last configuration commit
 }
@@ -218,6 +220,7 @@ func (cs *consensus) status() Status {
 		for _, s := range f.Configuration().Servers {
 			if s.Suffrage == raft.Voter {
 				st.Voters++
+				st.Voter = st.Voter || string(s.ID) == cs.c.cfg.Self.ID
 			}
 		}
 	}

@@ -65,7 +65,10 @@
 // configurations: the members that own and hold sessions, and R. Its
 // leader reconciles the gossip view into them, as Consul's leader does
 // with serf: a member gossip declares dead leaves the configuration (and
-// stays a voter); one that left gracefully leaves Raft too; a new one is
+// stays a voter, until it has been gone for ten settle times while a live
+// non-voter can take its vote: then it is demoted and the non-voter
+// promoted, as Consul's autopilot does); one that left gracefully leaves
+// Raft too; a new one is
 // added as a voter (up to five) once its node link answers the leader's
 // probe, and a member whose link misses three probes is left out. A link
 // broken between two other members is reported by the owner whose replica

@@ -111,6 +111,9 @@ func (cs *consensus) reconcile() error {
 		}
 	}
 	reach := cs.probeAll(alive)
+	if err := cs.demoteDead(since, servers, alive, reach, &voters); err != nil {
+		return err
+	}
 	for id, m := range alive {
 		if cs.leaving(id) {
 			continue // still in gossip while it leaves: not to be added back
@@ -256,4 +259,56 @@ func (cs *consensus) probeAll(alive map[string]Member) map[string]reachability {
 // gossip's own probe timeouts, within [500 ms, 2 s].
 func (cs *consensus) probeTimeout() time.Duration {
 	return min(max(3*cs.c.cfg.Timing.ProbeTimeout, 500*time.Millisecond), 2*time.Second)
+}
+
+// deadVoterAfter is how long a voter gossip does not list keeps its vote
+// while a live non-voter could take it.
+func (cs *consensus) deadVoterAfter() time.Duration { return 10 * cs.settle() }
+
+// demoteDead gives the vote of a voter gossip has not listed for
+// deadVoterAfter to a live non-voter (Consul's autopilot does the same):
+// with five voters and one gone for good the quorum would otherwise rest
+// on four forever, and a second failure would stop every configuration
+// change. The dead voter is demoted here; the loop in reconcile promotes
+// the non-voter. Without a live non-voter to take its place a dead voter
+// keeps its vote (demoting it would shrink the group, not heal it), and
+// one that comes back is a non-voter until a vote is free.
+func (cs *consensus) demoteDead(since time.Time, servers map[string]raft.Server, alive map[string]Member, reach map[string]reachability, voters *int) error {
+	for id := range cs.missing {
+		if s, ok := servers[id]; !ok || s.Suffrage != raft.Voter {
+			delete(cs.missing, id)
+		}
+	}
+	standby := 0
+	for id, s := range servers {
+		if _, ok := alive[id]; ok && s.Suffrage == raft.Nonvoter && reach[id].ok && !cs.leaving(id) {
+			standby++
+		}
+	}
+	now := time.Now()
+	for id, s := range servers {
+		if _, ok := alive[id]; ok || s.Suffrage != raft.Voter || id == cs.c.cfg.Self.ID {
+			delete(cs.missing, id)
+			continue
+		}
+		first, seen := cs.missing[id]
+		if !seen || first.Before(since) {
+			// Counted from this leader's own first sight of the absence.
+			cs.missing[id] = now
+			continue
+		}
+		if standby == 0 || now.Sub(first) < cs.deadVoterAfter() {
+			continue
+		}
+		if err := cs.raft.DemoteVoter(raft.ServerID(id), 0, 5*time.Second).Error(); err != nil {
+			return fmt.Errorf("demote %s: %w", id, err)
+		}
+		s.Suffrage = raft.Nonvoter
+		servers[id] = s
+		*voters--
+		standby--
+		delete(cs.missing, id)
+		cs.log.Info("raft voter demoted: gossip has not listed it", "member", id, "for", now.Sub(first).Round(time.Second))
+	}
+	return nil
 }

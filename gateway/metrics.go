@@ -89,6 +89,13 @@ func (m *Metrics) WatchCluster(stats func() cluster.Stats) {
 			func() float64 { return float64(stats().Raft.Configuration) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_voters", Help: "Voters of the Raft group."},
 			func() float64 { return float64(stats().Raft.Voters) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_voter", Help: "1 while this node is a voter of the Raft group."},
+			func() float64 {
+				if stats().Raft.Voter {
+					return 1
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tether_cluster_raft_leader", Help: "1 while this node leads the Raft group."},
 			func() float64 {
 				if stats().Raft.IsLeader {
