@@ -45,6 +45,12 @@ type queued struct {
 // errReplicatorStopped: the session was released while a shipment waited.
 var errReplicatorStopped = errors.New("cluster: session released")
 
+// errMovedOn: a configuration since this node's claim gives the session
+// to another node. It wraps wal.ErrStaleEpoch, as a fence by the new
+// owner would: the actor steps down and sends its clients to reconnect
+// (1012), the same as when the configuration moves the session away.
+var errMovedOn = fmt.Errorf("cluster: the session moved on since this node's claim: %w", wal.ErrStaleEpoch)
+
 func newReplicator(j *journal, sid string, epoch, shipped, shippedEpoch uint64) *replicator {
 	return &replicator{j: j, c: j.c, sid: sid, epoch: epoch, shipped: shipped, shippedEpoch: shippedEpoch}
 }
@@ -220,7 +226,7 @@ func (r *replicator) shipUnder() (uint64, []string, error) {
 	replicas := r.c.place.Replicas(r.sid, r.c.config.Replicas)
 	r.c.mu.RUnlock()
 	if !r.c.ownedSince(r.sid, r.epoch, number) {
-		return 0, nil, fmt.Errorf("%w: %s had another owner after this node's claim (configuration %d), up to configuration %d", ErrUnavailable, r.sid, epochConfig(r.epoch), number)
+		return 0, nil, fmt.Errorf("%w: %s had another owner after this node's claim (configuration %d), up to configuration %d", errMovedOn, r.sid, epochConfig(r.epoch), number)
 	}
 	return number, slices.DeleteFunc(replicas, func(id string) bool { return id == r.c.cfg.Self.ID }), nil
 }
@@ -288,7 +294,9 @@ func (r *replicator) setSynced(t string, ok bool) {
 func (r *replicator) fenceAll(ctx context.Context) error {
 	settle, targets, err := r.shipUnder()
 	if err != nil {
-		return err
+		// A claim or a creation that the configuration overtook:
+		// retried by the client, at the owner the newest one names.
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup

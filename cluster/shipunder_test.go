@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/tether-dev/tether/wal"
 )
 
 // A replicator ships, and marks copies complete as of a configuration
@@ -57,8 +59,8 @@ func TestShipUnderNeedsOwnershipThroughout(t *testing.T) {
 			r := &replicator{c: c, sid: sid, epoch: tc.claim<<epochShift + 1}
 			n, targets, err := r.shipUnder()
 			if !tc.ok {
-				if !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("shipUnder = %d, %v, %v; want ErrUnavailable", n, targets, err)
+				if !errors.Is(err, wal.ErrStaleEpoch) {
+					t.Fatalf("shipUnder = %d, %v, %v; want a stale epoch (the session moved on)", n, targets, err)
 				}
 				return
 			}
