@@ -62,6 +62,7 @@ type consensus struct {
 	commitLat     time.Duration // the last configuration's commit latency
 	verifiedAt    time.Time     // leadership last confirmed (readindex.go)
 	verifiedIndex uint64
+	noCmd         struct{ have, upTo uint64 } // Raft entries (have, upTo] hold no command (fsmBehind)
 }
 
 func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
@@ -200,7 +201,50 @@ func (cs *consensus) caughtUp() error {
 	if r.AppliedIndex() < r.CommitIndex() {
 		return ErrCatchingUp
 	}
+	if behind, _ := cs.fsmBehind(r.AppliedIndex()); behind {
+		return ErrCatchingUp
+	}
 	return nil
+}
+
+// fsmBehind reports whether the FSM has yet to apply a configuration
+// committed at or below index. Raft's AppliedIndex counts the entries
+// handed to the FSM's goroutine, not those it applied (its doc says so):
+// a node woken from a pause gets every configuration it missed at once,
+// and for a moment AppliedIndex is past configurations its FSM does not
+// hold. Every command is a configuration, numbered by its index, so the
+// FSM holds all commands up to index when no entry between its newest
+// configuration and index is a command. What was found to be no command
+// is remembered, so each entry is read once.
+func (cs *consensus) fsmBehind(index uint64) (bool, error) {
+	have := cs.fsm.current().Number
+	cs.mu.Lock()
+	stop := have
+	if cs.noCmd.have == have {
+		stop = max(have, cs.noCmd.upTo)
+	}
+	cs.mu.Unlock()
+	for i := index; i > stop; i-- {
+		var l raft.Log
+		err := cs.store.GetLog(i, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			// Compacted into a snapshot, which was taken of (or
+			// restored into) this FSM: it holds everything up to here.
+			break
+		}
+		if err != nil {
+			return true, fmt.Errorf("cluster: read raft entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			return true, nil
+		}
+	}
+	cs.mu.Lock()
+	if cs.noCmd.have != have || cs.noCmd.upTo < index {
+		cs.noCmd.have, cs.noCmd.upTo = have, index
+	}
+	cs.mu.Unlock()
+	return false, nil
 }
 
 // Status is what /readyz and the metrics tell of the Raft group.

@@ -79,7 +79,8 @@
 // (raft_stream.go). A node decides nothing from its own view: placement
 // is computed over the newest configuration it has applied, and it claims
 // a session only under one it has caught up with (Raft's read index:
-// readindex.go).
+// readindex.go), counted by what its FSM holds: Raft's AppliedIndex
+// counts entries handed to the FSM's goroutine, not applied by it.
 //
 // # Ownership changes
 //

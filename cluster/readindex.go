@@ -16,7 +16,8 @@ const verifyFor = 50 * time.Millisecond
 // fresh is the committed configuration as of now, Raft's read-index way:
 // the leader confirms it still leads (a round of heartbeats, shared
 // across claims for verifyFor) and says how far it has committed, and
-// this node waits until it has applied that much. A follower that has
+// this node waits until its FSM has applied that much (not just Raft's
+// AppliedIndex: see fsmBehind). A follower that has
 // just heard from the leader again may not yet know the newest
 // configuration; a claim under an older one could serve a stale copy.
 func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
@@ -38,9 +39,19 @@ func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
 		index = resp.Index
 	}
 	deadline := time.Now().Add(time.Second)
-	for cs.raft.AppliedIndex() < index {
+	for {
+		behind := cs.raft.AppliedIndex() < index
+		if !behind {
+			var err error
+			if behind, err = cs.fsmBehind(index); err != nil {
+				return Configuration{}, fmt.Errorf("%w: %v", ErrCatchingUp, err)
+			}
+		}
+		if !behind {
+			break
+		}
 		if time.Now().After(deadline) {
-			return Configuration{}, fmt.Errorf("%w: applied %d of %d", ErrCatchingUp, cs.raft.AppliedIndex(), index)
+			return Configuration{}, fmt.Errorf("%w: applied %d of %d (configuration %d)", ErrCatchingUp, cs.raft.AppliedIndex(), index, cs.fsm.current().Number)
 		}
 		select {
 		case <-ctx.Done():
