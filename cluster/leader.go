@@ -110,6 +110,7 @@ func (cs *consensus) reconcile() error {
 			}
 		}
 	}
+	cs.forgetLeavers(alive)
 	reach := cs.probeAll(alive)
 	if err := cs.demoteDead(since, servers, alive, reach, &voters); err != nil {
 		return err
@@ -186,6 +187,20 @@ func (cs *consensus) reconcile() error {
 	}
 	cs.log.Info("configuration committed", "number", cs.fsm.current().Number, "members", want.IDs())
 	return nil
+}
+
+// forgetLeavers forgets the leave requests of members gossip no longer
+// lists (it saw them leave, or declared them dead): from then on gossip's
+// own record says they left, until one comes back under the same id —
+// which must then be added again, not taken for a node on its way out.
+func (cs *consensus) forgetLeavers(alive map[string]Member) {
+	cs.c.mu.Lock()
+	defer cs.c.mu.Unlock()
+	for id := range cs.c.leavers {
+		if _, ok := alive[id]; !ok {
+			delete(cs.c.leavers, id)
+		}
+	}
 }
 
 // leaving reports whether member id is leaving or has left: it asked the
