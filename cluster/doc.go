@@ -94,7 +94,10 @@
 // (wal.Header.Settled) has an answering member of its write set — every
 // acknowledged entry is on all of its write set, so none can then be
 // missed; a write set none of whose members answers leaves the session
-// unavailable. It pulls the newest copy and catches every current replica
+// unavailable. A node refuses a fence from a claim taken under a
+// configuration that a newer one it holds gives to another owner
+// (Cluster.overtaken): such a claimant read an old configuration, and its
+// cover would miss what the owner in between wrote. It pulls the newest copy and catches every current replica
 // up before the session is served (a failed append may have left entries
 // here alone; they are shown only once all replicas hold them). An actor
 // another node may have owned in between (this node was paused or cut

@@ -105,6 +105,25 @@ func (c *Cluster) ownedSince(sid string, epoch, upTo uint64) bool {
 	return true
 }
 
+// overtaken names a configuration newer than the one epoch was taken
+// under, held by this node, that gives sid to another owner than the
+// claimant (and that owner); "" when there is none. A fence from such a
+// claim is refused: the claimant read an old configuration (a node woken
+// from a pause can, for a moment), and its cover would walk only the
+// configurations it knows, missing what the owner in between wrote.
+func (c *Cluster) overtaken(sid string, epoch uint64, claimant string) (uint64, string) {
+	under := epochConfig(epoch)
+	for _, cfg := range c.cons.fsm.since(under) {
+		if cfg.Number <= under {
+			continue
+		}
+		if owner := c.cons.fsm.placement(cfg).Owner(sid); owner != claimant {
+			return cfg.Number, owner
+		}
+	}
+	return 0, ""
+}
+
 // moveAway stops the actors of sessions this node no longer owns: their
 // clients reconnect and reach the new owner, which fences the copies and
 // takes the session over from the newest.

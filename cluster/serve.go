@@ -33,6 +33,9 @@ func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.R
 		if err := msgpack.Unmarshal(body, &req); err != nil {
 			return nil, err
 		}
+		if n, other := c.overtaken(req.SID, req.Epoch, req.Owner); other != "" {
+			return nil, WithCode(codeUnavailable, fmt.Errorf("cluster: a claim of %s by %s under configuration %d is overtaken: configuration %d gives it to %s", req.SID, req.Owner, epochConfig(req.Epoch), n, other))
+		}
 		f, err := c.cfg.Store.Fence(ctx, req.SID, req.Epoch, req.Owner)
 		if errors.Is(err, wal.ErrStaleEpoch) {
 			return fenceResp{Stale: max(f.PrevEpoch, f.Header.Epoch)}, nil

@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/tether-dev/tether/wal"
@@ -15,20 +17,8 @@ import (
 // acknowledged; a copy it marked complete as of the newest configuration
 // would make a later claim skip the write sets that hold them.
 func TestShipUnderNeedsOwnershipThroughout(t *testing.T) {
-	meta := func(ids ...string) []NodeMeta {
-		ms := make([]NodeMeta, len(ids))
-		for i, id := range ids {
-			ms[i] = NodeMeta{ID: id}
-		}
-		return ms
-	}
-	c := &Cluster{cfg: Config{Self: NodeMeta{ID: "a"}}, cons: &consensus{fsm: newFSM(PlacementConfig{}, nil)}}
+	c := withHistory("a", map[uint64][]string{10: {"a", "b", "c"}, 20: {"a", "b", "c", "d"}, 30: {"a", "b", "c"}})
 	f := c.cons.fsm
-	f.history = []Configuration{
-		{Number: 10, Replicas: 2, Members: meta("a", "b", "c")},
-		{Number: 20, Replicas: 2, Members: meta("a", "b", "c", "d")},
-		{Number: 30, Replicas: 2, Members: meta("a", "b", "c")},
-	}
 	// A session that a owns under 10 and 30 but not under 20.
 	sid := ""
 	for i := 0; i < 10000 && sid == ""; i++ {
@@ -78,4 +68,54 @@ func TestShipUnderNeedsOwnershipThroughout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A fence from a claim under a configuration that a newer one, held by
+// the fenced node, gives to another owner is refused: the claimant read
+// an old configuration (a node just woken from a pause can), and its
+// cover would miss what the owner in between wrote. A claim that no newer
+// configuration overtakes is fenced as before.
+func TestFenceRefusedWhenOvertaken(t *testing.T) {
+	c := withHistory("c", map[uint64][]string{10: {"a", "b", "c"}, 11: {"b", "c"}, 12: {"a", "b", "c"}})
+	f := c.cons.fsm
+	sid := ""
+	for i := 0; i < 10000 && sid == ""; i++ {
+		s := fmt.Sprintf("s%d", i)
+		if f.placement(f.history[0]).Owner(s) == "a" && f.placement(f.history[2]).Owner(s) == "a" {
+			sid = s
+		}
+	}
+	if sid == "" {
+		t.Fatal("no session a owns under 10 and 12")
+	}
+	for _, tc := range []struct {
+		name  string
+		under uint64
+		want  uint64 // the overtaking configuration, 0 for none
+	}{
+		{"claimed under 10, 11 gave it to another", 10, 11},
+		{"claimed under the newest", 12, 0},
+		{"claimed under one this node has not heard of yet", 13, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, other := c.overtaken(sid, tc.under<<epochShift+1, "a")
+			if n != tc.want || (n != 0) != (other != "") || other == "a" {
+				t.Fatalf("overtaken = %d, %q; want configuration %d", n, other, tc.want)
+			}
+		})
+	}
+}
+
+// withHistory is a Cluster of node self whose FSM holds the given
+// configurations (number → members, R=2), oldest first.
+func withHistory(self string, cfgs map[uint64][]string) *Cluster {
+	c := &Cluster{cfg: Config{Self: NodeMeta{ID: self}}, cons: &consensus{fsm: newFSM(PlacementConfig{}, nil)}}
+	for _, n := range slices.Sorted(maps.Keys(cfgs)) {
+		ms := make([]NodeMeta, len(cfgs[n]))
+		for i, id := range cfgs[n] {
+			ms[i] = NodeMeta{ID: id}
+		}
+		c.cons.fsm.history = append(c.cons.fsm.history, Configuration{Number: n, Replicas: 2, Members: ms})
+	}
+	return c
 }
