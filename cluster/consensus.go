@@ -62,7 +62,7 @@ type consensus struct {
 	commitLat     time.Duration // the last configuration's commit latency
 	verifiedAt    time.Time     // leadership last confirmed (readindex.go)
 	verifiedIndex uint64
-	noCmd         struct{ have, upTo uint64 } // Raft entries (have, upTo] hold no command (fsmBehind)
+	fsmHolds      uint64 // the FSM holds every command up to this Raft index (fsmBehind)
 }
 
 func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
@@ -214,15 +214,12 @@ func (cs *consensus) caughtUp() error {
 // and for a moment AppliedIndex is past configurations its FSM does not
 // hold. Every command is a configuration, numbered by its index, so the
 // FSM holds all commands up to index when no entry between its newest
-// configuration and index is a command. What was found to be no command
-// is remembered, so each entry is read once.
+// configuration and index is a command. The FSM only grows, so what was
+// found once (cs.fsmHolds) stays true, and each entry is read once.
 func (cs *consensus) fsmBehind(index uint64) (bool, error) {
 	have := cs.fsm.current().Number
 	cs.mu.Lock()
-	stop := have
-	if cs.noCmd.have == have {
-		stop = max(have, cs.noCmd.upTo)
-	}
+	stop := max(have, cs.fsmHolds)
 	cs.mu.Unlock()
 	for i := index; i > stop; i-- {
 		var l raft.Log
@@ -240,9 +237,7 @@ func (cs *consensus) fsmBehind(index uint64) (bool, error) {
 		}
 	}
 	cs.mu.Lock()
-	if cs.noCmd.have != have || cs.noCmd.upTo < index {
-		cs.noCmd.have, cs.noCmd.upTo = have, index
-	}
+	cs.fsmHolds = max(cs.fsmHolds, index)
 	cs.mu.Unlock()
 	return false, nil
 }

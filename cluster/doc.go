@@ -97,9 +97,10 @@
 // unavailable. A node refuses a fence from a claim taken under a
 // configuration that a newer one it holds gives to another owner
 // (Cluster.overtaken): such a claimant read an old configuration, and its
-// cover would miss what the owner in between wrote. It pulls the newest copy and catches every current replica
-// up before the session is served (a failed append may have left entries
-// here alone; they are shown only once all replicas hold them). An actor
+// cover would miss what the owner in between wrote. The claim pulls the
+// newest copy and catches every current replica up before the session is
+// served (a failed append may have left entries here alone; they are
+// shown only once all replicas hold them). An actor
 // another node may have owned in between (this node was paused or cut
 // off, then came back as owner) is stopped before it serves a hello, and
 // its replicator ships nothing more: a copy it caught up would be marked

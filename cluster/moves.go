@@ -94,30 +94,29 @@ func (c *Cluster) ownedThroughout(sid string) bool {
 // ownedSince reports whether this node owned sid under every
 // configuration from the one epoch was claimed under up to number upTo.
 func (c *Cluster) ownedSince(sid string, epoch, upTo uint64) bool {
-	for _, cfg := range c.cons.fsm.since(epochConfig(epoch)) {
+	_, other := c.otherOwner(sid, c.cfg.Self.ID, epochConfig(epoch), upTo)
+	return other == ""
+}
+
+// overtaken names a configuration this node holds, since the one epoch
+// was taken under, that gives sid to another owner than the claimant
+// (and that owner); "" when there is none. A fence from such a claim is
+// refused: the claimant read an old configuration (a node woken from a
+// pause can, for a moment), and its cover would walk only the
+// configurations it knows, missing what the owner in between wrote.
+func (c *Cluster) overtaken(sid string, epoch uint64, claimant string) (uint64, string) {
+	return c.otherOwner(sid, claimant, epochConfig(epoch), math.MaxUint64)
+}
+
+// otherOwner returns the first configuration from the one in force at
+// from up to number upTo whose placement gives sid to another node than
+// who, and that node ("" when every one gives it to who).
+func (c *Cluster) otherOwner(sid, who string, from, upTo uint64) (uint64, string) {
+	for _, cfg := range c.cons.fsm.since(from) {
 		if cfg.Number > upTo {
 			break
 		}
-		if c.cons.fsm.placement(cfg).Owner(sid) != c.cfg.Self.ID {
-			return false
-		}
-	}
-	return true
-}
-
-// overtaken names a configuration newer than the one epoch was taken
-// under, held by this node, that gives sid to another owner than the
-// claimant (and that owner); "" when there is none. A fence from such a
-// claim is refused: the claimant read an old configuration (a node woken
-// from a pause can, for a moment), and its cover would walk only the
-// configurations it knows, missing what the owner in between wrote.
-func (c *Cluster) overtaken(sid string, epoch uint64, claimant string) (uint64, string) {
-	under := epochConfig(epoch)
-	for _, cfg := range c.cons.fsm.since(under) {
-		if cfg.Number <= under {
-			continue
-		}
-		if owner := c.cons.fsm.placement(cfg).Owner(sid); owner != claimant {
+		if owner := c.cons.fsm.placement(cfg).Owner(sid); owner != who {
 			return cfg.Number, owner
 		}
 	}
