@@ -56,15 +56,19 @@ func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error 
 	}
 	cfg, ferr := c.cons.fresh(ctx)
 	owner := ferr == nil && c.cons.fsm.placement(cfg).Owner(sid) == c.cfg.Self.ID
-	if owner && c.ownedThroughout(sid) {
+	claimed := c.journal.claimedUnder(sid)
+	if owner && c.claimProven(sid, claimed) {
 		h, _ := c.cfg.Store.Header(sid)
 		c.log.Warn("resume beyond the owner's copy: refused", "session", sid, "configuration", cfg.Number,
-			"claimed_under", c.journal.claimedUnder(sid), "last_seq", h.LastSeq, "epoch", h.Epoch, "last_epoch", h.LastEpoch, "err", err)
+			"claimed_under", claimed, "last_seq", h.LastSeq, "epoch", h.Epoch, "last_epoch", h.LastEpoch, "err", err)
 		return err
 	}
-	c.log.Warn("resume beyond this node's copy; its copy may be stale", "session", sid, "owner", owner, "err", err, "fresh", ferr)
+	c.log.Warn("resume beyond this node's copy; its copy may be stale", "session", sid, "owner", owner,
+		"claimed_under", claimed, "err", err, "fresh", ferr)
 	if reg, rerr := c.registry(); rerr == nil {
-		c.dropStale(ctx, reg, sid)
+		if err := reg.Evict(ctx, sid); err != nil {
+			c.log.Warn("stop a stale session", "session", sid, "err", err)
+		}
 	}
 	return fmt.Errorf("%w: %s may hold a stale copy of %s: %v", ErrUnavailable, c.cfg.Self.ID, sid, err)
 }

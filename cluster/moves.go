@@ -91,6 +91,15 @@ func (c *Cluster) ownedThroughout(sid string) bool {
 	return epoch == 0 || c.ownedSince(sid, epoch, math.MaxUint64)
 }
 
+// claimProven reports whether the claim epoch this node's actor of sid
+// holds (0: none, as when the actor is stepping down and has let its
+// claim go) is one no configuration since gave to another owner: only
+// then is the actor's memory the whole session, and a resume it refuses
+// refused for good.
+func (c *Cluster) claimProven(sid string, epoch uint64) bool {
+	return epoch != 0 && c.ownedSince(sid, epoch, math.MaxUint64)
+}
+
 // ownedSince reports whether this node owned sid under every
 // configuration from the one epoch was claimed under up to number upTo.
 func (c *Cluster) ownedSince(sid string, epoch, upTo uint64) bool {

@@ -119,3 +119,37 @@ func withHistory(self string, cfgs map[uint64][]string) *Cluster {
 	}
 	return c
 }
+
+// A resume refused for a last_seq beyond the owner's copy is final only
+// when the refusing actor holds a claim no configuration overtook; an
+// actor that let its claim go (stepping down after a move) may hold a
+// stale memory, so its refusal is retried instead.
+func TestResumeRefusalNeedsAProvenClaim(t *testing.T) {
+	c := withHistory("a", map[uint64][]string{10: {"a", "b", "c"}, 11: {"b", "c"}, 12: {"a", "b", "c"}})
+	f := c.cons.fsm
+	sid := ""
+	for i := 0; i < 10000 && sid == ""; i++ {
+		s := fmt.Sprintf("s%d", i)
+		if f.placement(f.history[0]).Owner(s) == "a" && f.placement(f.history[2]).Owner(s) == "a" {
+			sid = s
+		}
+	}
+	if sid == "" {
+		t.Fatal("no session a owns under 10 and 12")
+	}
+	for _, tc := range []struct {
+		name  string
+		epoch uint64
+		want  bool
+	}{
+		{"no claim held (stepping down)", 0, false},
+		{"claimed under 10, another owned it under 11", 10<<epochShift + 1, false},
+		{"claimed under the newest", 12 << epochShift, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := c.claimProven(sid, tc.epoch); got != tc.want {
+				t.Fatalf("claimProven(%d) = %v, want %v", tc.epoch, got, tc.want)
+			}
+		})
+	}
+}
