@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -16,15 +18,15 @@ import (
 type callEngine struct {
 	*gatedEngine
 	mu    sync.Mutex
-	calls []CallInput
-	ins   []TurnInput
+	calls []engine.CallInput
+	ins   []engine.TurnInput
 }
 
-var _ CallRunner = (*callEngine)(nil)
+var _ engine.CallRunner = (*callEngine)(nil)
 
 func newCallEngine() *callEngine { return &callEngine{gatedEngine: newGatedEngine(false)} }
 
-func (e *callEngine) Next(ctx context.Context, in TurnInput) (Action, error) {
+func (e *callEngine) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	e.mu.Lock()
 	e.ins = append(e.ins, in)
 	e.mu.Unlock()
@@ -38,19 +40,19 @@ func (e *callEngine) Next(ctx context.Context, in TurnInput) (Action, error) {
 	return act, err
 }
 
-func (e *callEngine) Tool(string) (Tool, bool) { return Tool{}, false }
+func (e *callEngine) Tool(string) (engine.Tool, bool) { return engine.Tool{}, false }
 
-func (e *callEngine) RunCall(ctx context.Context, c CallInput, progress func(string)) (string, error) {
+func (e *callEngine) RunCall(ctx context.Context, c engine.CallInput, progress func(string)) (string, error) {
 	e.mu.Lock()
 	e.calls = append(e.calls, c)
 	e.mu.Unlock()
 	return e.g.run(c.Name)(ctx, c.Args, progress)
 }
 
-func (e *callEngine) callsSeen() []CallInput {
+func (e *callEngine) callsSeen() []engine.CallInput {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]CallInput(nil), e.calls...)
+	return append([]engine.CallInput(nil), e.calls...)
 }
 
 // A CallRunner's call runs through RunCall with the session's, the user's
@@ -65,7 +67,7 @@ func TestCallRunnerRunsCalls(t *testing.T) {
 	eng.g.results <- "found"
 	done := expect[*EntryOut](t, c).Entry
 	reply := expect[*EntryOut](t, c).Entry
-	if mdString(done, "status") != ToolCompleted || reply.Role != RoleAgent || !strings.Contains(reply.Content, "found") {
+	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
 	calls := eng.callsSeen()
@@ -111,13 +113,13 @@ func TestCallRunnerRestart(t *testing.T) {
 				if len(calls) != 1 || calls[0].CallID != mdString(started, "call_id") || calls[0].Attempt != 1 {
 					t.Fatalf("re-run %+v", calls)
 				}
-				if mdString(es[2], "status") != ToolCompleted || es[2].Content != "again" {
+				if mdString(es[2], "status") != engine.ToolCompleted || es[2].Content != "again" {
 					t.Fatalf("entry 3 = %+v", es[2])
 				}
 				return
 			}
 			es = waitTurnDone(t, e, "s", 4)
-			if mdString(es[2], "status") != ToolFailed || es[2].Content != interrupted {
+			if mdString(es[2], "status") != engine.ToolFailed || es[2].Content != interrupted {
 				t.Fatalf("entry 3 = %+v", es[2])
 			}
 			if n := eng2.g.runs.Load(); n != 0 {

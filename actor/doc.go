@@ -25,13 +25,10 @@
 // left at boot (in the background: Recovered says when), runs the deadline ticks, liveness mark and retention
 // sweep on its Clock, and answers hellos: Resume and Create are separate,
 // and the caller chooses a new session's id (in a cluster, so that the
-// create goes to that id's owner). Engines (engine.go) are the agents:
-// Echo by default, Demo with a slow search tool and a sensitive payment
-// tool, OpenAI (a model, with placeholder demo tools, and MCP servers'
-// tools through package actor/mcptools); package actor/httpagent drives
-// an agent endpoint in any language. An engine
-// that declares its tools per call (CallRunner) has each call's
-// idempotent flag kept with the pending call, so it outlives a crash.
+// create goes to that id's owner). Engines are the agents, in package
+// actor/engine and under it (Echo by default, Demo, llm for an
+// OpenAI-compatible model with MCP tools, httpagent for an agent endpoint
+// in any language); this package knows only their contract.
 //
 // The schema of what the actor keeps in the log besides entries (state.go)
 // is this package's: the store keeps it as opaque bytes.

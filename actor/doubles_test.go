@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -209,43 +211,43 @@ type gatedEngine struct {
 	nexts      atomic.Int32
 }
 
-var _ Engine = (*gatedEngine)(nil)
+var _ engine.Engine = (*gatedEngine)(nil)
 
 func newGatedEngine(idempotent bool) *gatedEngine {
 	return &gatedEngine{g: newGate(), idempotent: idempotent}
 }
 
-func (e *gatedEngine) Next(ctx context.Context, in TurnInput) (Action, error) {
+func (e *gatedEngine) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	e.nexts.Add(1)
 	if e.holdNext != nil && strings.Contains(in.User.Content, "slow") {
 		select {
 		case <-e.holdNext:
 		case <-ctx.Done():
-			return Action{}, ctx.Err()
+			return engine.Action{}, ctx.Err()
 		}
 	}
 	text := in.User.Content
 	if len(in.Steps) == 0 {
 		if strings.Contains(text, "pay") {
-			return Action{Call: &Call{Name: "payment", Args: map[string]any{"memo": text}}}, nil
+			return engine.Action{Call: &engine.Call{Name: "payment", Args: map[string]any{"memo": text}}}, nil
 		}
-		return Action{Call: &Call{Name: "search", Args: map[string]any{"query": text}}}, nil
+		return engine.Action{Call: &engine.Call{Name: "search", Args: map[string]any{"query": text}}}, nil
 	}
 	last := in.Steps[len(in.Steps)-1]
-	if st := mdString(last, "status"); st == ToolFailed || st == ToolDenied {
-		return Action{Reply: fmt.Sprintf("the %s did not finish (%s)", mdString(last, "name"), last.Content)}, nil
+	if st := mdString(last, "status"); st == engine.ToolFailed || st == engine.ToolDenied {
+		return engine.Action{Reply: fmt.Sprintf("the %s did not finish (%s)", mdString(last, "name"), last.Content)}, nil
 	}
-	return Action{Reply: fmt.Sprintf("about %q: %s", text, last.Content), AgentContext: map[string]any{"last": text}}, nil
+	return engine.Action{Reply: fmt.Sprintf("about %q: %s", text, last.Content), AgentContext: map[string]any{"last": text}}, nil
 }
 
-func (e *gatedEngine) Tool(name string) (Tool, bool) {
+func (e *gatedEngine) Tool(name string) (engine.Tool, bool) {
 	switch name {
 	case "search":
-		return Tool{Name: name, Idempotent: e.idempotent, Run: e.g.run(name)}, true
+		return engine.Tool{Name: name, Idempotent: e.idempotent, Run: e.g.run(name)}, true
 	case "payment":
-		return Tool{Name: name, Sensitive: true, Approval: e.approvePay, Run: e.g.run(name)}, true
+		return engine.Tool{Name: name, Sensitive: true, Approval: e.approvePay, Run: e.g.run(name)}, true
 	}
-	return Tool{}, false
+	return engine.Tool{}, false
 }
 
 // ---- journals ----

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -24,7 +26,7 @@ import (
 // user entry 1.
 func pendingState(tool string, attempts int) state {
 	return state{Turns: []uint64{1}, Pending: &ToolCall{
-		CallID: "call-2", Name: tool, Status: ToolStarted, StartedSeq: 2, ReplyTo: 1, Attempts: attempts,
+		CallID: "call-2", Name: tool, Status: engine.ToolStarted, StartedSeq: 2, ReplyTo: 1, Attempts: attempts,
 	}}
 }
 
@@ -32,8 +34,8 @@ func pendingState(tool string, attempts int) state {
 // the started call.
 func pendingEntries(tool string) []wal.Entry {
 	return []wal.Entry{
-		{Seq: 1, Role: RoleUser, Content: "q", Metadata: map[string]any{"id": "m1"}},
-		{Seq: 2, Role: RoleTool, Metadata: map[string]any{"call_id": "call-2", "name": tool, "status": ToolStarted, "reply_to": uint64(1)}},
+		{Seq: 1, Role: engine.RoleUser, Content: "q", Metadata: map[string]any{"id": "m1"}},
+		{Seq: 2, Role: engine.RoleTool, Metadata: map[string]any{"call_id": "call-2", "name": tool, "status": engine.ToolStarted, "reply_to": uint64(1)}},
 	}
 }
 
@@ -51,7 +53,7 @@ func TestDurableBeforeVisible(t *testing.T) {
 	}
 	withCall := func(t *testing.T) (*Session, Conn) {
 		s, c := withSend(t)
-		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 		return s, c
 	}
 	attached := func(t *testing.T) (*Session, Conn) { return newAttached(t) }
@@ -71,10 +73,12 @@ func TestDurableBeforeVisible(t *testing.T) {
 			nil, []Effect{effDeliver{}, effDeliver{}, effStep{}}},
 		{"context", attached, func(_ *Session, c Conn) Event { return evContext{conn: c, set: map[string]any{"a": "b"}} },
 			nil, []Effect{effDeliver{}}},
-		{"reply", withSend, func(s *Session, _ Conn) Event { return evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}} },
+		{"reply", withSend, func(s *Session, _ Conn) Event {
+			return evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "r"}}
+		},
 			nil, []Effect{effDeliver{}}},
 		{"tool call", withSend, func(s *Session, _ Conn) Event {
-			return evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}}
+			return evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}}
 		},
 			nil, []Effect{effDeliver{}, effRunTool{}}},
 		{"tool done", withCall, func(*Session, Conn) Event { return evToolDone{callID: "call-2", result: "x"} },
@@ -217,19 +221,21 @@ func TestEveryEventAndEffectHandled(t *testing.T) {
 	withCall := func() (*Session, Conn) {
 		s, c := newAttached(t)
 		durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
-		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 		return s, c
 	}
 	events := map[string]func(*Session, Conn) Event{
-		"evStart":        func(*Session, Conn) Event { return evStart{} },
-		"evAttach":       func(_ *Session, c Conn) Event { return evAttach{conn: &tconn{"x"}, userID: "alice"} },
-		"evDetach":       func(_ *Session, c Conn) Event { return evDetach{conn: c} },
-		"evSend":         func(_ *Session, c Conn) Event { return evSend{conn: c, id: "m2", content: "x"} },
-		"evSendChecked":  func(_ *Session, c Conn) Event { return evSendChecked{send: evSend{conn: c, id: "m3"}} },
-		"evContext":      func(_ *Session, c Conn) Event { return evContext{conn: c, set: map[string]any{"a": 1.0}} },
-		"evComplete":     func(_ *Session, c Conn) Event { return evComplete{conn: c} },
-		"evHistory":      func(_ *Session, c Conn) Event { return evHistory{conn: c} },
-		"evAction":       func(s *Session, _ Conn) Event { return evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}} },
+		"evStart":       func(*Session, Conn) Event { return evStart{} },
+		"evAttach":      func(_ *Session, c Conn) Event { return evAttach{conn: &tconn{"x"}, userID: "alice"} },
+		"evDetach":      func(_ *Session, c Conn) Event { return evDetach{conn: c} },
+		"evSend":        func(_ *Session, c Conn) Event { return evSend{conn: c, id: "m2", content: "x"} },
+		"evSendChecked": func(_ *Session, c Conn) Event { return evSendChecked{send: evSend{conn: c, id: "m3"}} },
+		"evContext":     func(_ *Session, c Conn) Event { return evContext{conn: c, set: map[string]any{"a": 1.0}} },
+		"evComplete":    func(_ *Session, c Conn) Event { return evComplete{conn: c} },
+		"evHistory":     func(_ *Session, c Conn) Event { return evHistory{conn: c} },
+		"evAction": func(s *Session, _ Conn) Event {
+			return evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "r"}}
+		},
 		"evToolDone":     func(*Session, Conn) Event { return evToolDone{callID: "call-2", result: "r"} },
 		"evToolProgress": func(*Session, Conn) Event { return evToolProgress{callID: "call-2", partial: "p"} },
 		"evAppended":     func(*Session, Conn) Event { return evAppended{id: 99} },

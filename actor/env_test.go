@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -189,10 +191,10 @@ func chat(t *testing.T, h *Handle, c *recConn, id, text string) uint64 {
 	ack := expect[*AckOut](t, c)
 	user := expect[*EntryOut](t, c).Entry
 	reply := expect[*EntryOut](t, c).Entry
-	if ack.ID != id || user.Seq != ack.Seq || user.Role != RoleUser || user.Content != text || mdString(user, "id") != id {
+	if ack.ID != id || user.Seq != ack.Seq || user.Role != engine.RoleUser || user.Content != text || mdString(user, "id") != id {
 		t.Fatalf("send %s: ack %+v, entry %+v", id, ack, user)
 	}
-	if reply.Seq != user.Seq+1 || reply.Role != RoleAgent || reply.Content != "Agent reply: "+text ||
+	if reply.Seq != user.Seq+1 || reply.Role != engine.RoleAgent || reply.Content != "Agent reply: "+text ||
 		asUint(reply.Metadata["reply_to"]) != user.Seq {
 		t.Fatalf("send %s: reply %+v", id, reply)
 	}

@@ -3,6 +3,8 @@ package actor
 import (
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -66,7 +68,7 @@ type (
 	evAction struct {
 		step    uint64 // of the effStep it answers
 		userSeq uint64
-		action  Action
+		action  engine.Action
 		err     error
 	}
 	// evPart is text of the reply a streaming engine is writing.

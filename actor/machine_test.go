@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -20,7 +22,7 @@ type tconn struct{ name string }
 func (*tconn) Deliver(Out)               {}
 func (*tconn) Close(CloseReason, string) {}
 
-var machineTools = map[string]Tool{
+var machineTools = map[string]engine.Tool{
 	"search":  {Name: "search"},
 	"isearch": {Name: "isearch", Idempotent: true},
 	"payment": {Name: "payment", Sensitive: true},
@@ -30,7 +32,7 @@ func machineConfig() sessionConfig {
 	return sessionConfig{
 		Window: testWindow, IdleTimeout: testIdle, ReauthMaxAge: testReauth,
 		MaxTurns: 4, MaxConns: 2, MaxContextBytes: 1024, TailEntries: 8, TailBytes: 1 << 20,
-		Tool: func(name string) (Tool, bool) { t, ok := machineTools[name]; return t, ok },
+		Tool: func(name string) (engine.Tool, bool) { t, ok := machineTools[name]; return t, ok },
 	}
 }
 
@@ -70,7 +72,7 @@ func exchanged(t *testing.T) (*Session, *tconn) {
 	t.Helper()
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "hi"})
-	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "hello"}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "hello"}})
 	if s.hdr.LastSeq != 2 || s.busy || !s.idle() {
 		t.Fatalf("after one exchange: last %d busy %v idle %v", s.hdr.LastSeq, s.busy, s.idle())
 	}
@@ -313,11 +315,11 @@ func TestSessionTick(t *testing.T) {
 	t.Run("expiry abandons the turn", func(t *testing.T) {
 		s, c := exchanged(t)
 		durable(s, t0, evSend{conn: c, id: "m2", content: "q"})
-		durable(s, t0, evAction{step: s.step, userSeq: 3, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 3, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 		durable(s, t1, evDetach{conn: c})
 		effs := durable(s, s.Header().ExpiresAt, evTick{})
 		ap := one[effAppend](t, effs)
-		if len(ap.batch.Entries) != 1 || mdString(ap.batch.Entries[0], "status") != ToolFailed ||
+		if len(ap.batch.Entries) != 1 || mdString(ap.batch.Entries[0], "status") != engine.ToolFailed ||
 			ap.batch.Entries[0].Content != "cancelled: session expired" {
 			t.Fatalf("expiry appended %+v, want the call logged failed", ap.batch.Entries)
 		}

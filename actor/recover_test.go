@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -91,7 +93,7 @@ func startToolThenStop(t *testing.T, e *env, eng *gatedEngine) {
 	}
 	expect[*AckOut](t, c)
 	expect[*EntryOut](t, c)
-	if en := expect[*EntryOut](t, c).Entry; mdString(en, "status") != ToolStarted {
+	if en := expect[*EntryOut](t, c).Entry; mdString(en, "status") != engine.ToolStarted {
 		t.Fatalf("entry 2 = %+v", en)
 	}
 	recv(t, "the tool to run", eng.g.started)
@@ -109,7 +111,7 @@ func waitTurnDone(t *testing.T, e *env, sid string, seq uint64) []wal.Entry {
 	t.Helper()
 	e.waitHeader(sid, "has the reply", func(h wal.Header) bool { return h.LastSeq >= seq })
 	es := e.entriesOf(sid)
-	if uint64(len(es)) != seq || es[seq-1].Role != RoleAgent {
+	if uint64(len(es)) != seq || es[seq-1].Role != engine.RoleAgent {
 		t.Fatalf("log %s", dumpOuts(entryOuts(es)))
 	}
 	return es
@@ -131,7 +133,7 @@ func TestRestartInterruptsNonIdempotentTool(t *testing.T) {
 	e.start()
 	es := waitTurnDone(t, e, "s", 4)
 	failed := es[2]
-	if mdString(failed, "status") != ToolFailed || failed.Content != interrupted || mdString(failed, "call_id") != mdString(es[1], "call_id") {
+	if mdString(failed, "status") != engine.ToolFailed || failed.Content != interrupted || mdString(failed, "call_id") != mdString(es[1], "call_id") {
 		t.Fatalf("entry 3 = %+v, want the call failed as interrupted", failed)
 	}
 	if !strings.Contains(es[3].Content, "did not finish (interrupted)") || asUint(es[3].Metadata["reply_to"]) != 1 {
@@ -160,7 +162,7 @@ func TestRestartRerunsIdempotentTool(t *testing.T) {
 	}
 	eng.g.results <- "3 results"
 	es := waitTurnDone(t, e, "s", 4)
-	if mdString(es[2], "status") != ToolCompleted || es[2].Content != "3 results" || !strings.Contains(es[3].Content, "3 results") {
+	if mdString(es[2], "status") != engine.ToolCompleted || es[2].Content != "3 results" || !strings.Contains(es[3].Content, "3 results") {
 		t.Fatalf("entries %s", dumpOuts(entryOuts(es)))
 	}
 	if n := eng.g.runs.Load(); n != 1 {

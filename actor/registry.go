@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/actor/workers"
 )
 
@@ -27,7 +29,7 @@ type Config struct {
 	// every session (a single node).
 	Owns func(sid string) bool
 	// Engine answers user messages. Default Echo.
-	Engine Engine
+	Engine engine.Engine
 	// Window is the reconnect window. Default 5m.
 	Window time.Duration
 	// Retention keeps expired and completed sessions this long after their
@@ -107,7 +109,7 @@ func (c *Config) setDefaults() error {
 		c.Owns = func(string) bool { return true }
 	}
 	if c.Engine == nil {
-		c.Engine = Echo{}
+		c.Engine = engine.Echo{}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -291,7 +293,7 @@ func (r *Registry) sessionConfig() sessionConfig {
 		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
 		FlushInterval: max(r.cfg.FlushInterval, 0),
 	}
-	if in, ok := r.cfg.Engine.(Instant); ok {
+	if in, ok := r.cfg.Engine.(engine.Instant); ok {
 		sc.Instant = in.Answer
 	}
 	return sc

@@ -2,8 +2,8 @@ package actor
 
 import (
 	"fmt"
-	"unicode/utf8"
 
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -61,20 +61,9 @@ func (a *actor) fitBytes(msgs []wal.Entry) []wal.Entry {
 func summarize(lo, hi uint64, first []wal.Entry) string {
 	s := fmt.Sprintf("%d earlier entries (seq %d–%d) are not shown; page them with history before_seq=%d.", hi-lo+1, lo, hi, hi+1)
 	if len(first) == 1 {
-		s += fmt.Sprintf(" They begin with %s: %q.", first[0].Role, clip(first[0].Content, 80))
+		s += fmt.Sprintf(" They begin with %s: %q.", first[0].Role, engine.Clip(first[0].Content, 80))
 	}
 	return s
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // history answers a history request with one page: the newest entries

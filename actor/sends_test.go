@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -20,7 +22,7 @@ func TestSessionSend(t *testing.T) {
 	wantTypes(t, "send", effs, effAppend{}, effDeliver{}, effDeliver{}, effStep{})
 	ap := effs[0].(effAppend)
 	e := ap.batch.Entries[0]
-	if len(ap.batch.Entries) != 1 || e.Seq != 1 || e.Role != RoleUser || e.Content != "hi" || e.Time != unixSeconds(now) ||
+	if len(ap.batch.Entries) != 1 || e.Seq != 1 || e.Role != engine.RoleUser || e.Content != "hi" || e.Time != unixSeconds(now) ||
 		!reflect.DeepEqual(e.Metadata, map[string]any{"k": "v", "id": "m1"}) {
 		t.Fatalf("entries = %+v", ap.batch.Entries)
 	}
@@ -91,7 +93,7 @@ func TestSessionRepeatSendFromFilter(t *testing.T) {
 	loaded := func() (*Session, *tconn) {
 		h := baseHeader()
 		h.LastSeq = 10
-		s := machine(h, state{}, wal.Entry{Seq: 9, Role: RoleUser, Metadata: map[string]any{"id": "m9"}}, wal.Entry{Seq: 10, Role: RoleAgent})
+		s := machine(h, state{}, wal.Entry{Seq: 9, Role: engine.RoleUser, Metadata: map[string]any{"id": "m9"}}, wal.Entry{Seq: 10, Role: engine.RoleAgent})
 		s.sends.addOlder("m1") // as load does for ids older than the tail
 		c := &tconn{"c"}
 		s.Step(t0, evAttach{conn: c, userID: "alice", lastSeq: 10})
@@ -132,7 +134,7 @@ func TestSessionRepeatSendFromFilter(t *testing.T) {
 		s.tail.maxEntries = 2
 		for i := 1; i <= 3; i++ {
 			durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
-			durable(s, t0, evAction{step: s.step, userSeq: uint64(2*i - 1), action: Action{Reply: "r"}})
+			durable(s, t0, evAction{step: s.step, userSeq: uint64(2*i - 1), action: engine.Action{Reply: "r"}})
 		}
 		if _, ok := s.sends.seen("m1"); ok || !s.sends.mayBeOlder("m1") {
 			t.Fatal("an id whose entry left the tail must move to the filters")
@@ -159,7 +161,7 @@ func TestSessionMaxTurns(t *testing.T) {
 	// A repeat of an accepted one is still acked; once a turn is answered
 	// there is room again.
 	wantTypes(t, "repeat at the limit", s.Step(t0, evSend{conn: c, id: "m1"}), effDeliver{})
-	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "r"}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "r"}})
 	if ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m5", content: "now"})); ap.batch.Entries[0].Seq != 6 {
 		t.Fatalf("send after room was made: %+v", ap.batch.Entries)
 	}
@@ -206,7 +208,7 @@ func TestSendIndexFilters(t *testing.T) {
 
 func TestTailBounds(t *testing.T) {
 	entry := func(seq uint64, n int) wal.Entry {
-		return wal.Entry{Seq: seq, Role: RoleUser, Content: strings.Repeat("x", n), Metadata: map[string]any{"id": fmt.Sprint("m", seq)}}
+		return wal.Entry{Seq: seq, Role: engine.RoleUser, Content: strings.Repeat("x", n), Metadata: map[string]any{"id": fmt.Sprint("m", seq)}}
 	}
 	var evicted []uint64
 	tl := newTail(3, 1<<20, func(e wal.Entry) { evicted = append(evicted, e.Seq) })
@@ -271,7 +273,7 @@ func TestTailRingMatchesSlice(t *testing.T) {
 			batch := make([]wal.Entry, 1+rng.IntN(3))
 			for i := range batch {
 				seq++
-				batch[i] = wal.Entry{Seq: seq, Role: RoleAgent, Content: strings.Repeat("y", rng.IntN(300))}
+				batch[i] = wal.Entry{Seq: seq, Role: engine.RoleAgent, Content: strings.Repeat("y", rng.IntN(300))}
 			}
 			tl.add(batch...)
 			model = append(model, batch...)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -77,7 +79,7 @@ type sessionConfig struct {
 	// goes out, parts wait this long to go out together (0: each at once).
 	FlushInterval time.Duration
 	// Tool looks up a tool's declaration (idempotent, sensitive).
-	Tool func(name string) (Tool, bool)
+	Tool func(name string) (engine.Tool, bool)
 	// Instant, when set, is the reply of an Instant engine: a send is
 	// answered in the same append.
 	Instant func(user wal.Entry) string
@@ -104,7 +106,7 @@ func newSession(cfg sessionConfig, d wal.SessionData, st state, cx contexts, new
 func (s *Session) evicted(e wal.Entry) { s.sends.retireThrough(e.Seq) }
 
 func sendIDOf(e wal.Entry) (string, bool) {
-	if e.Role != RoleUser {
+	if e.Role != engine.RoleUser {
 		return "", false
 	}
 	id, ok := e.Metadata["id"].(string)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -45,10 +47,10 @@ func (s *Session) cancel(replyTo uint64, now time.Time) {
 		entries[0].Metadata["cancelled"] = true
 	}
 	if p := st.Pending; p != nil {
-		entries = append(entries, s.toolEntry(*p, ToolFailed, Cancelled, now))
+		entries = append(entries, s.toolEntry(*p, engine.ToolFailed, Cancelled, now))
 		st.Pending = nil
 	}
-	if len(entries) == 0 || entries[0].Role != RoleAgent {
+	if len(entries) == 0 || entries[0].Role != engine.RoleAgent {
 		entries = append(entries, s.cancelledNote(userSeq, now))
 	}
 	s.reply = nil
@@ -56,16 +58,16 @@ func (s *Session) cancel(replyTo uint64, now time.Time) {
 }
 
 func (s *Session) cancelledNote(userSeq uint64, now time.Time) wal.Entry {
-	return s.next(RoleSystem, Cancelled, map[string]any{"cancelled": true, "reply_to": userSeq}, now)
+	return s.next(engine.RoleSystem, Cancelled, map[string]any{"cancelled": true, "reply_to": userSeq}, now)
 }
 
 // awaitApproval logs call c as waiting for the user's decision. The turn
 // then waits in the log, not in memory: nothing runs, and the session may
 // passivate, restart or fail over meanwhile (idle counts it as idle).
 func (s *Session) awaitApproval(c ToolCall, before []wal.Entry, now time.Time) {
-	c.Status = ToolAwaitingApproval
-	e := s.next(RoleTool, "", map[string]any{
-		"call_id": c.CallID, "name": c.Name, "status": ToolAwaitingApproval, "args": c.Args, "reply_to": c.ReplyTo,
+	c.Status = engine.ToolAwaitingApproval
+	e := s.next(engine.RoleTool, "", map[string]any{
+		"call_id": c.CallID, "name": c.Name, "status": engine.ToolAwaitingApproval, "args": c.Args, "reply_to": c.ReplyTo,
 	}, now)
 	c.StartedSeq = e.Seq
 	s.st.Steps = append(s.st.Steps, e.Seq)
@@ -76,7 +78,7 @@ func (s *Session) awaitApproval(c ToolCall, before []wal.Entry, now time.Time) {
 
 // awaiting reports whether the turn waits for an approval.
 func (s *Session) awaiting() bool {
-	return s.st.Pending != nil && s.st.Pending.Status == ToolAwaitingApproval
+	return s.st.Pending != nil && s.st.Pending.Status == engine.ToolAwaitingApproval
 }
 
 // approve takes the user's decision on the call waiting for it: logged
@@ -87,7 +89,7 @@ func (s *Session) awaiting() bool {
 func (s *Session) approve(ev evApprove, now time.Time) {
 	p := s.st.Pending
 	switch {
-	case p != nil && p.CallID == ev.callID && p.Status == ToolAwaitingApproval:
+	case p != nil && p.CallID == ev.callID && p.Status == engine.ToolAwaitingApproval:
 	case p != nil && p.CallID == ev.callID, s.decided(ev.callID):
 		return
 	default:
@@ -95,12 +97,12 @@ func (s *Session) approve(ev evApprove, now time.Time) {
 			"no tool call %q is waiting for approval", ev.callID)})
 		return
 	}
-	status := ToolDenied
+	status := engine.ToolDenied
 	if ev.approved {
-		status = ToolApproved
+		status = engine.ToolApproved
 	}
 	c := *p
-	d := s.next(RoleTool, status, map[string]any{
+	d := s.next(engine.RoleTool, status, map[string]any{
 		"call_id": c.CallID, "name": c.Name, "status": status, "by": s.hdr.UserID, "reply_to": c.ReplyTo,
 	}, now)
 	s.st.Steps = append(s.st.Steps, d.Seq)
@@ -111,8 +113,8 @@ func (s *Session) approve(ev evApprove, now time.Time) {
 		s.startStep(c.ReplyTo)
 		return
 	}
-	c.Status = ToolStarted
-	e := s.toolEntry(c, ToolStarted, "", now)
+	c.Status = engine.ToolStarted
+	e := s.toolEntry(c, engine.ToolStarted, "", now)
 	c.StartedSeq = e.Seq
 	s.st.Steps = append(s.st.Steps, e.Seq)
 	s.st.Pending = &c
@@ -128,16 +130,16 @@ func (s *Session) approve(ev evApprove, now time.Time) {
 func (s *Session) decided(callID string) bool {
 	for i := s.tail.len() - 1; i >= 0; i-- {
 		e := s.tail.at(i)
-		if e.Role != RoleTool || e.Metadata["call_id"] != callID {
+		if e.Role != engine.RoleTool || e.Metadata["call_id"] != callID {
 			continue
 		}
-		if st := e.Metadata["status"]; st == ToolApproved || st == ToolDenied {
+		if st := e.Metadata["status"]; st == engine.ToolApproved || st == engine.ToolDenied {
 			return true
 		}
 	}
 	for _, u := range s.unstable {
 		for _, e := range u.entries {
-			if e.Role == RoleTool && e.Metadata["call_id"] == callID && e.Metadata["status"] != ToolAwaitingApproval {
+			if e.Role == engine.RoleTool && e.Metadata["call_id"] == callID && e.Metadata["status"] != engine.ToolAwaitingApproval {
 				return true
 			}
 		}

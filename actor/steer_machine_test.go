@@ -3,6 +3,8 @@ package actor
 import (
 	"testing"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -30,7 +32,7 @@ func TestSessionCancelStreamed(t *testing.T) {
 		t.Fatalf("cancel did not abandon the step: %v", effTypes(effs))
 	}
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Role != RoleAgent || es[0].Content != "more " || es[0].Seq != 4 ||
+	if len(es) != 1 || es[0].Role != engine.RoleAgent || es[0].Content != "more " || es[0].Seq != 4 ||
 		es[0].Metadata["cancelled"] != true || asUint(es[0].Metadata["reply_to"]) != 1 {
 		t.Fatalf("cancel logged %+v", es)
 	}
@@ -38,7 +40,7 @@ func TestSessionCancelStreamed(t *testing.T) {
 	if st := one[effStep](t, effs); st.userSeq != 3 || !s.busy || s.st.Turns[0] != 3 {
 		t.Fatalf("next turn: %+v, turns %v", st, s.st.Turns)
 	}
-	for _, ev := range []Event{evPart{step: old, text: "late"}, evAction{step: old, userSeq: 1, action: Action{Reply: "late"}}} {
+	for _, ev := range []Event{evPart{step: old, text: "late"}, evAction{step: old, userSeq: 1, action: engine.Action{Reply: "late"}}} {
 		if effs := s.Step(t0, ev); len(effs) != 0 {
 			t.Fatalf("%T of the cancelled step: %v", ev, effTypes(effs))
 		}
@@ -54,7 +56,7 @@ func TestSessionCancelNothingShown(t *testing.T) {
 	s, c := streaming(t, 0)
 	effs := durable(s, t0, evCancel{conn: c, replyTo: 1})
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Role != RoleSystem || es[0].Content != Cancelled ||
+	if len(es) != 1 || es[0].Role != engine.RoleSystem || es[0].Content != Cancelled ||
 		es[0].Metadata["cancelled"] != true || asUint(es[0].Metadata["reply_to"]) != 1 {
 		t.Fatalf("cancel logged %+v", es)
 	}
@@ -74,12 +76,12 @@ func TestSessionCancelNothingShown(t *testing.T) {
 func TestSessionCancelTool(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 	call := one[effRunTool](t, effs).call
 	effs = durable(s, t0, evCancel{conn: c})
 	es := appendedEntries(effs)
-	if len(es) != 2 || es[0].Metadata["status"] != ToolFailed || es[0].Content != Cancelled ||
-		es[0].Metadata["call_id"] != call.CallID || es[1].Role != RoleSystem || es[1].Metadata["cancelled"] != true {
+	if len(es) != 2 || es[0].Metadata["status"] != engine.ToolFailed || es[0].Content != Cancelled ||
+		es[0].Metadata["call_id"] != call.CallID || es[1].Role != engine.RoleSystem || es[1].Metadata["cancelled"] != true {
 		t.Fatalf("cancel logged %+v", es)
 	}
 	// The tool's late result is not logged.
@@ -95,7 +97,7 @@ func TestSessionCancelQueued(t *testing.T) {
 	step := s.step
 	effs := durable(s, t0, evCancel{conn: c, replyTo: 2})
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Role != RoleSystem || asUint(es[0].Metadata["reply_to"]) != 2 || len(only[effCancelTurn](effs)) != 0 {
+	if len(es) != 1 || es[0].Role != engine.RoleSystem || asUint(es[0].Metadata["reply_to"]) != 2 || len(only[effCancelTurn](effs)) != 0 {
 		t.Fatalf("cancel of a queued turn: %+v %v", es, effTypes(effs))
 	}
 	if s.step != step || len(s.st.Turns) != 1 || s.st.Turns[0] != 1 {
@@ -110,7 +112,7 @@ func TestSessionInterrupt(t *testing.T) {
 	s.Step(t0, evPart{step: s.step, text: "long "})
 	effs := durable(s, t0, evSend{conn: c, id: "m2", content: "stop, do this", interrupt: true})
 	es := appendedEntries(effs)
-	if len(es) != 2 || es[0].Content != "long " || es[0].Metadata["cancelled"] != true || es[1].Role != RoleUser {
+	if len(es) != 2 || es[0].Content != "long " || es[0].Metadata["cancelled"] != true || es[1].Role != engine.RoleUser {
 		t.Fatalf("interrupt logged %+v", es)
 	}
 	if st := one[effStep](t, effs); st.userSeq != es[1].Seq || len(s.st.Turns) != 1 {
@@ -129,13 +131,13 @@ func TestSessionInterrupt(t *testing.T) {
 func TestSessionApproval(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "book it"})
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "booking", Approval: true, Args: map[string]any{"what": "room"}}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "booking", Approval: true, Args: map[string]any{"what": "room"}}}})
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Metadata["status"] != ToolAwaitingApproval || es[0].Metadata["args"] == nil || len(only[effRunTool](effs)) != 0 {
+	if len(es) != 1 || es[0].Metadata["status"] != engine.ToolAwaitingApproval || es[0].Metadata["args"] == nil || len(only[effRunTool](effs)) != 0 {
 		t.Fatalf("awaiting: %+v %v", es, effTypes(effs))
 	}
 	callID := es[0].Metadata["call_id"].(string)
-	if !s.idle() || s.sessionOut(ReasonResumed).Pending.Status != ToolAwaitingApproval {
+	if !s.idle() || s.sessionOut(ReasonResumed).Pending.Status != engine.ToolAwaitingApproval {
 		t.Fatalf("a waiting call: idle %v pending %+v", s.idle(), s.st.Pending)
 	}
 	// After a restart the turn still waits: nothing runs.
@@ -150,8 +152,8 @@ func TestSessionApproval(t *testing.T) {
 	}
 	effs = durable(r, t0, evApprove{conn: rc, callID: callID, approved: true})
 	es = appendedEntries(effs)
-	if len(es) != 2 || es[0].Metadata["status"] != ToolApproved || es[0].Metadata["by"] != "alice" ||
-		es[1].Metadata["status"] != ToolStarted || one[effRunTool](t, effs).call.CallID != callID {
+	if len(es) != 2 || es[0].Metadata["status"] != engine.ToolApproved || es[0].Metadata["by"] != "alice" ||
+		es[1].Metadata["status"] != engine.ToolStarted || one[effRunTool](t, effs).call.CallID != callID {
 		t.Fatalf("approved: %+v %v", es, effTypes(effs))
 	}
 	for _, approved := range []bool{false, true} {
@@ -169,10 +171,10 @@ func TestSessionApproval(t *testing.T) {
 func TestSessionApprovalDenied(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "book it"})
-	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "booking", Approval: true, Sensitive: true}}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "booking", Approval: true, Sensitive: true}}})
 	effs := durable(s, t0, evApprove{conn: c, callID: s.st.Pending.CallID})
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Metadata["status"] != ToolDenied || len(only[effRunTool](effs)) != 0 ||
+	if len(es) != 1 || es[0].Metadata["status"] != engine.ToolDenied || len(only[effRunTool](effs)) != 0 ||
 		len(only[effStep](effs)) != 1 || s.st.Pending != nil || s.hdr.Sensitive {
 		t.Fatalf("denied: %+v %v", es, effTypes(effs))
 	}

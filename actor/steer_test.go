@@ -3,6 +3,8 @@ package actor
 import (
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // A tool call that needs approval waits in the log: through a disconnect,
@@ -20,7 +22,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	expect[*AckOut](t, c)
 	expect[*EntryOut](t, c)
 	waiting := expect[*EntryOut](t, c).Entry
-	if mdString(waiting, "status") != ToolAwaitingApproval || waiting.Metadata["args"] == nil {
+	if mdString(waiting, "status") != engine.ToolAwaitingApproval || waiting.Metadata["args"] == nil {
 		t.Fatalf("waiting entry %+v", waiting)
 	}
 	callID := mdString(waiting, "call_id")
@@ -28,7 +30,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	e.passivate("s")
 	e.restart()
 	e.settle("s")
-	if p := e.snapshot("s", "alice").Pending; p == nil || p.Status != ToolAwaitingApproval || p.CallID != callID {
+	if p := e.snapshot("s", "alice").Pending; p == nil || p.Status != engine.ToolAwaitingApproval || p.CallID != callID {
 		t.Fatalf("snapshot pending %+v", p)
 	}
 	if n := eng.g.runs.Load(); n != 0 {
@@ -36,7 +38,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	}
 	c2 := newRecConn("c2")
 	h2, so, _ := e.resume("s", "alice", waiting.Seq, c2)
-	if so.Pending == nil || so.Pending.Status != ToolAwaitingApproval {
+	if so.Pending == nil || so.Pending.Status != engine.ToolAwaitingApproval {
 		t.Fatalf("session frame pending %+v", so.Pending)
 	}
 	if err := h2.Approve(t.Context(), "call-404", true); err != nil {
@@ -50,7 +52,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	}
 	approved := expect[*EntryOut](t, c2).Entry
 	started := expect[*EntryOut](t, c2).Entry
-	if mdString(approved, "status") != ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != ToolStarted {
+	if mdString(approved, "status") != engine.ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("after approve: %+v / %+v", approved, started)
 	}
 	recv(t, "the approved run", eng.g.started)
@@ -60,7 +62,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	eng.g.results <- "sent"
 	done := expect[*EntryOut](t, c2).Entry
 	reply := expect[*EntryOut](t, c2).Entry
-	if mdString(done, "status") != ToolCompleted || reply.Role != RoleAgent || !strings.Contains(reply.Content, "sent") {
+	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "sent") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
 	if n := eng.g.runs.Load(); n != 1 || len(eng.callsSeen()) != 1 {
@@ -88,7 +90,7 @@ func TestApprovalDenied(t *testing.T) {
 	}
 	denied := expect[*EntryOut](t, c).Entry
 	reply := expect[*EntryOut](t, c).Entry
-	if mdString(denied, "status") != ToolDenied || reply.Role != RoleAgent || !strings.Contains(reply.Content, "denied") {
+	if mdString(denied, "status") != engine.ToolDenied || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "denied") {
 		t.Fatalf("denied: %+v / %+v", denied, reply)
 	}
 	if n := eng.g.runs.Load(); n != 0 || e.header("s").Sensitive {
@@ -109,15 +111,15 @@ func TestCancelDuringTool(t *testing.T) {
 	}
 	failed := expect[*EntryOut](t, c).Entry
 	note := expect[*EntryOut](t, c).Entry
-	if mdString(failed, "status") != ToolFailed || failed.Content != Cancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
-		note.Role != RoleSystem || note.Metadata["cancelled"] != true {
+	if mdString(failed, "status") != engine.ToolFailed || failed.Content != Cancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
+		note.Role != engine.RoleSystem || note.Metadata["cancelled"] != true {
 		t.Fatalf("cancel logged %+v / %+v", failed, note)
 	}
 	eventually(t, "the tool's context cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
 	sendToTool(t, h, c, eng.g, "q2", "search again")
 	eng.g.results <- "found"
 	expect[*EntryOut](t, c)
-	if reply := expect[*EntryOut](t, c).Entry; reply.Role != RoleAgent || !strings.Contains(reply.Content, "found") {
+	if reply := expect[*EntryOut](t, c).Entry; reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
 		t.Fatalf("the next turn: %+v", reply)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -22,9 +24,9 @@ func (a *actor) startStep(userSeq, step uint64) {
 	go func() {
 		defer a.turns.Done()
 		defer cancel()
-		var act Action
+		var act engine.Action
 		var err error
-		if st, ok := a.reg.cfg.Engine.(Streamer); ok {
+		if st, ok := a.reg.cfg.Engine.(engine.Streamer); ok {
 			act, err = st.Stream(ctx, in, func(text string) {
 				if ctx.Err() == nil {
 					a.post(evPart{step: step, text: text})
@@ -67,8 +69,8 @@ func (a *actor) runTool(c ToolCall) {
 // toolRun is how call c runs: through the engine's RunCall when it
 // declares tools per call, else through the named tool's Run.
 func (a *actor) toolRun(c ToolCall) (func(context.Context, func(string)) (string, error), bool) {
-	if cr, ok := a.reg.cfg.Engine.(CallRunner); ok {
-		in := CallInput{SessionID: a.sid, UserID: a.s.hdr.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args,
+	if cr, ok := a.reg.cfg.Engine.(engine.CallRunner); ok {
+		in := engine.CallInput{SessionID: a.sid, UserID: a.s.hdr.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args,
 			Idempotent: c.Idempotent, Attempt: c.Attempts}
 		return func(ctx context.Context, progress func(string)) (string, error) {
 			return cr.RunCall(ctx, in, progress)
@@ -86,29 +88,29 @@ func (a *actor) toolRun(c ToolCall) (func(context.Context, func(string)) (string
 // turnInput builds what the engine sees from the session's memory: the
 // user entry, this turn's tool entries and the entries before it come
 // from the tail, and only what has left the tail is read from the log.
-func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
+func (a *actor) turnInput(userSeq uint64) (engine.TurnInput, error) {
 	s := a.s
 	user, err := a.entries(userSeq, userSeq+1)
 	if err != nil {
-		return TurnInput{}, err
+		return engine.TurnInput{}, err
 	}
 	if len(user) != 1 {
-		return TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
+		return engine.TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
 	}
 	steps := make([]wal.Entry, 0, len(s.st.Steps))
 	for _, seq := range s.st.Steps {
 		e, err := a.entries(seq, seq+1)
 		if err != nil {
-			return TurnInput{}, err
+			return engine.TurnInput{}, err
 		}
 		steps = append(steps, e...)
 	}
-	from := userSeq - min(userSeq-1, HistoryLen)
+	from := userSeq - min(userSeq-1, engine.HistoryLen)
 	hist, err := a.entries(from, userSeq)
 	if err != nil {
-		return TurnInput{}, err
+		return engine.TurnInput{}, err
 	}
-	in := TurnInput{
+	in := engine.TurnInput{
 		SessionID: a.sid, UserID: s.hdr.UserID, User: user[0], Steps: steps, History: hist,
 		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
 	}
@@ -118,7 +120,7 @@ func (a *actor) turnInput(userSeq uint64) (TurnInput, error) {
 		if a.first == nil {
 			first, err := a.entries(1, 2)
 			if err != nil {
-				return TurnInput{}, err
+				return engine.TurnInput{}, err
 			}
 			a.first = first
 		}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -111,7 +113,7 @@ func (s *Session) endReply(userSeq uint64, now time.Time) []wal.Entry {
 	}
 	s.reply = nil
 	text := r.text(0)
-	e := s.next(RoleAgent, text, map[string]any{"reply_to": userSeq}, now)
+	e := s.next(engine.RoleAgent, text, map[string]any{"reply_to": userSeq}, now)
 	s.stepText += text
 	s.st.Steps = append(s.st.Steps, e.Seq)
 	s.stateDirty = true

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 var errTest = errors.New("model down")
@@ -47,7 +49,7 @@ func TestSessionPartsBecomeDeltas(t *testing.T) {
 			t.Fatalf("%+v: %v", ev, effTypes(effs))
 		}
 	}
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "a b c"}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "a b c"}})
 	e := appendedEntry(t, effs)
 	if e.Seq != 2 || e.Content != "a b c" || s.reply != nil {
 		t.Fatalf("final entry %+v", e)
@@ -81,8 +83,8 @@ func TestSessionSendSplitsReply(t *testing.T) {
 	s.Step(t0, evPart{step: s.step, text: "half "})
 	effs := durable(s, t0, evSend{conn: c, id: "m2", content: "wait"})
 	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Role != RoleAgent || ap.batch.Entries[0].Content != "half " ||
-		ap.batch.Entries[0].Seq != 2 || ap.batch.Entries[1].Seq != 3 || ap.batch.Entries[1].Role != RoleUser {
+	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Role != engine.RoleAgent || ap.batch.Entries[0].Content != "half " ||
+		ap.batch.Entries[0].Seq != 2 || ap.batch.Entries[1].Seq != 3 || ap.batch.Entries[1].Role != engine.RoleUser {
 		t.Fatalf("split append: %+v", ap.batch.Entries)
 	}
 	// The rest streams as entry 4 from part 0; its entry holds the rest.
@@ -90,7 +92,7 @@ func TestSessionSendSplitsReply(t *testing.T) {
 	if ds := deltasOf(effs); len(ds) != 1 || ds[0].Seq != 4 || ds[0].From != 0 {
 		t.Fatalf("after the split: %+v", ds)
 	}
-	effs = durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "half rest"}})
+	effs = durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "half rest"}})
 	if e := appendedEntry(t, effs); e.Seq != 4 || e.Content != "rest" {
 		t.Fatalf("final entry %+v", e)
 	}
@@ -99,9 +101,9 @@ func TestSessionSendSplitsReply(t *testing.T) {
 func TestSessionToolCallEndsReply(t *testing.T) {
 	s, _ := streaming(t, 0)
 	s.Step(t0, evPart{step: s.step, text: "Let me look. "})
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "Let me look. " || ap.batch.Entries[1].Role != RoleTool {
+	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "Let me look. " || ap.batch.Entries[1].Role != engine.RoleTool {
 		t.Fatalf("text then call: %+v", ap.batch.Entries)
 	}
 	if call := one[effRunTool](t, effs).call; call.CallID != "call-3" || call.StartedSeq != 3 {
@@ -122,7 +124,7 @@ func TestSessionErrorAndCompleteKeepStreamedText(t *testing.T) {
 	s.Step(t0, evPart{step: s.step, text: "so far"})
 	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, err: errTest})
 	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "so far" || ap.batch.Entries[1].Role != RoleSystem {
+	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "so far" || ap.batch.Entries[1].Role != engine.RoleSystem {
 		t.Fatalf("error mid-stream: %+v", ap.batch.Entries)
 	}
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -24,7 +26,7 @@ func sendToTool(t *testing.T, h *Handle, c *recConn, g *gate, id, text string) w
 	expect[*AckOut](t, c)
 	expect[*EntryOut](t, c)
 	started := expect[*EntryOut](t, c).Entry
-	if started.Role != RoleTool || mdString(started, "status") != ToolStarted {
+	if started.Role != engine.RoleTool || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("started entry = %+v", started)
 	}
 	recv(t, "the tool run", g.started)
@@ -44,7 +46,7 @@ func TestCompleteDuringTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := expect[*EntryOut](t, c).Entry
-	if failed.Seq != 3 || mdString(failed, "status") != ToolFailed || mdString(failed, "call_id") != mdString(started, "call_id") ||
+	if failed.Seq != 3 || mdString(failed, "status") != engine.ToolFailed || mdString(failed, "call_id") != mdString(started, "call_id") ||
 		!strings.Contains(failed.Content, "completed") {
 		t.Fatalf("outcome of the call = %+v", failed)
 	}
@@ -74,7 +76,7 @@ func TestDisconnectMidTool(t *testing.T) {
 	e.waitStatus("s", wal.StatusInterrupted)
 
 	p := e.snapshot("s", "alice").Pending
-	if p == nil || p.CallID != mdString(started, "call_id") || p.Name != "search" || p.Status != ToolStarted || p.StartedSeq != 2 {
+	if p == nil || p.CallID != mdString(started, "call_id") || p.Name != "search" || p.Status != engine.ToolStarted || p.StartedSeq != 2 {
 		t.Fatalf("pending call during the run: %+v", p)
 	}
 	eng.g.progress <- "1 of 3 sources"
@@ -94,10 +96,10 @@ func TestDisconnectMidTool(t *testing.T) {
 		t.Fatalf("replay %v, want 3..4", seqsOf(b.Messages))
 	}
 	tool, reply := b.Messages[0], b.Messages[1]
-	if mdString(tool, "status") != ToolCompleted || mdString(tool, "call_id") != p.CallID || mdString(tool, "result") != "found 3" {
+	if mdString(tool, "status") != engine.ToolCompleted || mdString(tool, "call_id") != p.CallID || mdString(tool, "result") != "found 3" {
 		t.Fatalf("replayed tool entry %+v", tool)
 	}
-	if reply.Role != RoleAgent || !strings.Contains(reply.Content, "best laptop") || !strings.Contains(reply.Content, "found 3") {
+	if reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "best laptop") || !strings.Contains(reply.Content, "found 3") {
 		t.Fatalf("replayed reply %+v", reply)
 	}
 	if n := eng.g.runs.Load(); n != 1 {
@@ -136,9 +138,9 @@ func TestRegistryDemoDetachDuringTool(t *testing.T) {
 		t.Fatalf("resume: %+v, replay %v", so, seqsOf(b.Messages))
 	}
 	started, done, reply := b.Messages[0], b.Messages[1], b.Messages[2]
-	if mdString(started, "status") != ToolStarted || mdString(started, "name") != "search" ||
-		mdString(done, "status") != ToolCompleted || mdString(done, "call_id") != mdString(started, "call_id") ||
-		reply.Role != RoleAgent || !strings.Contains(reply.Content, done.Content) || asUint(reply.Metadata["reply_to"]) != 1 {
+	if mdString(started, "status") != engine.ToolStarted || mdString(started, "name") != "search" ||
+		mdString(done, "status") != engine.ToolCompleted || mdString(done, "call_id") != mdString(started, "call_id") ||
+		reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, done.Content) || asUint(reply.Metadata["reply_to"]) != 1 {
 		t.Fatalf("replayed turn %s", dumpOuts(entryOuts(b.Messages)))
 	}
 	if n := eng.g.runs.Load(); n != 1 {

@@ -5,25 +5,9 @@ import (
 	"maps"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
-)
-
-// Entry roles.
-const (
-	RoleUser   = "user"
-	RoleAgent  = "agent"
-	RoleTool   = "tool"
-	RoleSystem = "system"
-)
-
-// Tool entry statuses (metadata.status), as PROTOCOL.md names them.
-const (
-	ToolAwaitingApproval = "awaiting_approval"
-	ToolApproved         = "approved"
-	ToolDenied           = "denied"
-	ToolStarted          = "started"
-	ToolCompleted        = "completed"
-	ToolFailed           = "failed"
 )
 
 // maxReruns is how often an idempotent call cut short by a crash is run
@@ -52,12 +36,12 @@ func (s *Session) next(role, content string, md map[string]any, now time.Time) w
 
 func (s *Session) toolEntry(c ToolCall, status, result string, now time.Time) wal.Entry {
 	md := map[string]any{"call_id": c.CallID, "name": c.Name, "status": status, "reply_to": c.ReplyTo}
-	if status == ToolStarted {
+	if status == engine.ToolStarted {
 		md["args"] = c.Args
 	} else {
 		md["result"] = result
 	}
-	return s.next(RoleTool, result, md, now)
+	return s.next(engine.RoleTool, result, md, now)
 }
 
 // log appends entries and emits their delivery once durable.
@@ -74,7 +58,7 @@ func (s *Session) start(now time.Time) {
 	if s.hdr.Status.Terminal() {
 		return
 	}
-	if p := s.st.Pending; p != nil && p.Status == ToolAwaitingApproval {
+	if p := s.st.Pending; p != nil && p.Status == engine.ToolAwaitingApproval {
 		s.busy = true // the turn waits for the user's decision, in the log
 		return
 	}
@@ -88,7 +72,7 @@ func (s *Session) start(now time.Time) {
 			s.emit(effRunTool{call: *p})
 			return
 		}
-		e := s.toolEntry(*p, ToolFailed, interrupted, now)
+		e := s.toolEntry(*p, engine.ToolFailed, interrupted, now)
 		s.st.Pending = nil
 		s.st.Steps = append(s.st.Steps, e.Seq)
 		s.stateDirty, s.busy = true, true
@@ -142,13 +126,13 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 	if s.reply != nil {
 		entries = s.endReply(s.st.Turns[0], now)
 	}
-	e := s.next(RoleUser, ev.content, md, now)
+	e := s.next(engine.RoleUser, ev.content, md, now)
 	entries = append(entries, e)
 	s.sends.add(ev.id, e.Seq)
 	if s.cfg.Instant != nil && !s.busy {
 		// The answer is known now: it goes into the same append, durable
 		// with the message and shown with it.
-		reply := s.next(RoleAgent, s.cfg.Instant(e), map[string]any{"reply_to": e.Seq}, now)
+		reply := s.next(engine.RoleAgent, s.cfg.Instant(e), map[string]any{"reply_to": e.Seq}, now)
 		s.appendBatch(append(entries, reply), []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
 		s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: e.Seq})
 		s.deliver(&EntryOut{Entry: e})
@@ -187,7 +171,7 @@ func (s *Session) action(ev evAction, now time.Time) {
 		entries := s.endReply(ev.userSeq, now) // text written before the call
 		c := ToolCall{
 			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
-			Status: ToolStarted, ReplyTo: ev.userSeq, Idempotent: call.Idempotent,
+			Status: engine.ToolStarted, ReplyTo: ev.userSeq, Idempotent: call.Idempotent,
 		}
 		t, declared := s.cfg.Tool(c.Name)
 		c.Sensitive = call.Sensitive || declared && t.Sensitive
@@ -195,7 +179,7 @@ func (s *Session) action(ev evAction, now time.Time) {
 			s.awaitApproval(c, entries, now)
 			return
 		}
-		e := s.toolEntry(c, ToolStarted, "", now)
+		e := s.toolEntry(c, engine.ToolStarted, "", now)
 		c.StartedSeq = e.Seq
 		st.Steps = append(st.Steps, e.Seq)
 		st.Pending = &c
@@ -211,14 +195,14 @@ func (s *Session) action(ev evAction, now time.Time) {
 	md := map[string]any{"reply_to": ev.userSeq}
 	switch {
 	case ev.err != nil:
-		entries = append(s.endReply(ev.userSeq, now), s.next(RoleSystem, "agent error: "+ev.err.Error(), md, now))
+		entries = append(s.endReply(ev.userSeq, now), s.next(engine.RoleSystem, "agent error: "+ev.err.Error(), md, now))
 	case ev.action.Call != nil:
 		entries = append(s.endReply(ev.userSeq, now),
-			s.next(RoleSystem, fmt.Sprintf("agent error: more than %d steps in one turn", maxSteps), md, now))
+			s.next(engine.RoleSystem, fmt.Sprintf("agent error: more than %d steps in one turn", maxSteps), md, now))
 	default:
 		// The reply's entry takes the seq its deltas named.
 		s.reply = nil
-		entries = []wal.Entry{s.next(RoleAgent, s.finalText(ev.action.Reply), md, now)}
+		entries = []wal.Entry{s.next(engine.RoleAgent, s.finalText(ev.action.Reply), md, now)}
 	}
 	s.endTurn(entries)
 }
@@ -241,9 +225,9 @@ func (s *Session) toolDone(ev evToolDone, now time.Time) {
 	if p == nil || p.CallID != ev.callID {
 		return
 	}
-	status, result := ToolCompleted, ev.result
+	status, result := engine.ToolCompleted, ev.result
 	if ev.err != nil {
-		status, result = ToolFailed, ev.err.Error()
+		status, result = engine.ToolFailed, ev.err.Error()
 	}
 	e := s.toolEntry(*p, status, result, now)
 	s.st.Pending = nil
@@ -274,7 +258,7 @@ func (s *Session) abandonTurn(why string, now time.Time) []wal.Entry {
 	}
 	s.reply = nil
 	if p := s.st.Pending; p != nil {
-		entries = append(entries, s.toolEntry(*p, ToolFailed, why, now))
+		entries = append(entries, s.toolEntry(*p, engine.ToolFailed, why, now))
 		s.st.Pending = nil
 	}
 	s.st.Turns, s.st.Steps = nil, nil

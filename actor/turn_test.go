@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
+
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -27,10 +29,10 @@ func TestSessionActionReply(t *testing.T) {
 	durable(s, t0, evSend{conn: c, id: "m1", content: "one"})
 	durable(s, t0, evSend{conn: c, id: "m2", content: "two"})
 
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "r1", AgentContext: map[string]any{"x": 1.0}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "r1", AgentContext: map[string]any{"x": 1.0}}})
 	wantTypes(t, "reply", effs, effAppend{}, effDeliver{}, effStep{})
 	e := appendedEntry(t, effs)
-	if e.Seq != 3 || e.Role != RoleAgent || e.Content != "r1" || e.Metadata["reply_to"] != uint64(1) {
+	if e.Seq != 3 || e.Role != engine.RoleAgent || e.Content != "r1" || e.Metadata["reply_to"] != uint64(1) {
 		t.Fatalf("reply entry = %+v", e)
 	}
 	if cx, err := decodeContexts(effs[0].(effAppend).batch.Context); err != nil || cx.Agent["x"] != 1.0 {
@@ -40,12 +42,12 @@ func TestSessionActionReply(t *testing.T) {
 		t.Fatalf("next step = %+v, turns %v", st, s.st.Turns)
 	}
 	// A stale answer for the finished turn is dropped.
-	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "late"}}); len(effs) != 0 {
+	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "late"}}); len(effs) != 0 {
 		t.Fatalf("stale action: %v", effTypes(effs))
 	}
 	effs = durable(s, t0, evAction{step: s.step, userSeq: 2, err: errors.New("model down")})
 	wantTypes(t, "error reply", effs, effAppend{}, effDeliver{})
-	if e := appendedEntry(t, effs); e.Seq != 4 || e.Role != RoleSystem || e.Content != "agent error: model down" {
+	if e := appendedEntry(t, effs); e.Seq != 4 || e.Role != engine.RoleSystem || e.Content != "agent error: model down" {
 		t.Fatalf("error entry = %+v", e)
 	}
 	if s.busy || len(s.st.Turns) != 0 {
@@ -57,14 +59,14 @@ func TestSessionToolCall(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "find laptops"})
 	args := map[string]any{"query": "laptops"}
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search", Args: args}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search", Args: args}}})
 	wantTypes(t, "call", effs, effAppend{}, effDeliver{}, effRunTool{})
 	e := appendedEntry(t, effs)
-	wantMD := map[string]any{"call_id": "call-2", "name": "search", "status": ToolStarted, "reply_to": uint64(1), "args": args}
-	if e.Seq != 2 || e.Role != RoleTool || !reflect.DeepEqual(e.Metadata, wantMD) {
+	wantMD := map[string]any{"call_id": "call-2", "name": "search", "status": engine.ToolStarted, "reply_to": uint64(1), "args": args}
+	if e.Seq != 2 || e.Role != engine.RoleTool || !reflect.DeepEqual(e.Metadata, wantMD) {
 		t.Fatalf("started entry = %+v", e)
 	}
-	want := ToolCall{CallID: "call-2", Name: "search", Args: args, Status: ToolStarted, StartedSeq: 2, ReplyTo: 1}
+	want := ToolCall{CallID: "call-2", Name: "search", Args: args, Status: engine.ToolStarted, StartedSeq: 2, ReplyTo: 1}
 	if call := effs[2].(effRunTool).call; !reflect.DeepEqual(call, want) {
 		t.Fatalf("run = %+v, want %+v", call, want)
 	}
@@ -75,7 +77,7 @@ func TestSessionToolCall(t *testing.T) {
 		t.Fatal("a plain tool marked the session sensitive")
 	}
 	// While the tool runs the engine cannot answer the turn.
-	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "too early"}}); len(effs) != 0 {
+	if effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "too early"}}); len(effs) != 0 {
 		t.Fatalf("action during a tool run: %v", effTypes(effs))
 	}
 	effs = durable(s, t0, evToolProgress{callID: "call-2", partial: "1 of 3"})
@@ -91,14 +93,14 @@ func TestSessionToolCall(t *testing.T) {
 	effs = durable(s, t0, evToolDone{callID: "call-2", result: "3 results"})
 	wantTypes(t, "tool done", effs, effAppend{}, effDeliver{}, effStep{})
 	e = appendedEntry(t, effs)
-	if e.Seq != 3 || e.Content != "3 results" || mdString(e, "status") != ToolCompleted || mdString(e, "result") != "3 results" ||
+	if e.Seq != 3 || e.Content != "3 results" || mdString(e, "status") != engine.ToolCompleted || mdString(e, "result") != "3 results" ||
 		mdString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{2, 3}) {
 		t.Fatalf("completed entry = %+v, state %+v", e, s.st)
 	}
 	if effs := s.Step(t0, evToolDone{callID: "call-2", result: "again"}); len(effs) != 0 {
 		t.Fatalf("second result: %v", effTypes(effs))
 	}
-	wantTypes(t, "reply", durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Reply: "done"}}), effAppend{}, effDeliver{})
+	wantTypes(t, "reply", durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "done"}}), effAppend{}, effDeliver{})
 	if s.st.Steps != nil || s.busy {
 		t.Fatalf("state after the turn: %+v", s.st)
 	}
@@ -107,15 +109,15 @@ func TestSessionToolCall(t *testing.T) {
 func TestSessionToolFailedAndSensitive(t *testing.T) {
 	s, c := newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
-	durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 	e := appendedEntry(t, durable(s, t0, evToolDone{callID: "call-2", err: errors.New("boom")}))
-	if mdString(e, "status") != ToolFailed || e.Content != "boom" || mdString(e, "result") != "boom" {
+	if mdString(e, "status") != engine.ToolFailed || e.Content != "boom" || mdString(e, "result") != "boom" {
 		t.Fatalf("failed entry = %+v", e)
 	}
 
 	s, c = newAttached(t)
 	durable(s, t0, evSend{conn: c, id: "m1", content: "pay rent"})
-	effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "payment"}}})
+	effs := s.Step(t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "payment"}}})
 	// The mark is durable before the sensitive tool runs.
 	if ap := one[effAppend](t, effs); !ap.batch.Header.Sensitive || !s.hdr.Sensitive || len(only[effRunTool](effs)) != 0 {
 		t.Fatalf("sensitive tool: %v, header %+v", effTypes(effs), ap.batch.Header)
@@ -127,16 +129,16 @@ func TestSessionMaxSteps(t *testing.T) {
 	durable(s, t0, evSend{conn: c, id: "m1", content: "loop"})
 	// Each call logs two steps: its started entry and its result.
 	for i := range maxSteps / 2 {
-		effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 		call := one[effRunTool](t, effs).call
 		durable(s, t0, evToolDone{callID: call.CallID, result: "again"})
 		if len(s.st.Steps) != 2*(i+1) {
 			t.Fatalf("steps %v", s.st.Steps)
 		}
 	}
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 	e := appendedEntry(t, effs)
-	if e.Role != RoleSystem || !strings.Contains(e.Content, "more than 32 steps") || len(only[effRunTool](effs)) != 0 {
+	if e.Role != engine.RoleSystem || !strings.Contains(e.Content, "more than 32 steps") || len(only[effRunTool](effs)) != 0 {
 		t.Fatalf("call beyond maxSteps: %+v", e)
 	}
 	if s.busy || s.st.Steps != nil || len(s.st.Turns) != 0 {
@@ -217,12 +219,12 @@ func TestSessionComplete(t *testing.T) {
 		s, c := newAttached(t)
 		durable(s, t0, evSend{conn: c, id: "m1", content: "q"})
 		durable(s, t0, evSend{conn: c, id: "m2", content: "q2"})
-		durable(s, t0, evAction{step: s.step, userSeq: 1, action: Action{Call: &Call{Name: "search"}}})
+		durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
 		effs := durable(s, t0, evComplete{conn: c})
 		// The abandoned call's entry reaches the client before completed.
 		wantTypes(t, "complete", effs, effCancelTurn{}, effAppend{}, effDeliver{}, effDeliver{}, effClose{}, effStatus{}, effStop{})
 		e := appendedEntry(t, effs)
-		if e.Seq != 4 || e.Role != RoleTool || mdString(e, "status") != ToolFailed || mdString(e, "call_id") != "call-3" ||
+		if e.Seq != 4 || e.Role != engine.RoleTool || mdString(e, "status") != engine.ToolFailed || mdString(e, "call_id") != "call-3" ||
 			e.Content != "cancelled: session completed" {
 			t.Fatalf("abandoned call entry = %+v", e)
 		}
@@ -233,7 +235,7 @@ func TestSessionComplete(t *testing.T) {
 			t.Fatalf("state after complete = %+v", st)
 		}
 		// The tool's late result and the engine's late answer are dropped.
-		for _, ev := range []Event{evToolDone{callID: "call-3", result: "x"}, evAction{step: s.step, userSeq: 1, action: Action{Reply: "x"}}} {
+		for _, ev := range []Event{evToolDone{callID: "call-3", result: "x"}, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "x"}}} {
 			if effs := s.Step(t0, ev); len(effs) != 0 {
 				t.Fatalf("late %T: %v", ev, effTypes(effs))
 			}
@@ -247,7 +249,7 @@ func TestSessionStartAfterCrash(t *testing.T) {
 		effs := durable(s, t0, evStart{})
 		wantTypes(t, "start", effs, effAppend{}, effStep{})
 		e := appendedEntry(t, effs)
-		if e.Seq != 3 || e.Role != RoleTool || e.Content != interrupted || mdString(e, "status") != ToolFailed ||
+		if e.Seq != 3 || e.Role != engine.RoleTool || e.Content != interrupted || mdString(e, "status") != engine.ToolFailed ||
 			mdString(e, "call_id") != "call-2" || e.Metadata["reply_to"] != uint64(1) {
 			t.Fatalf("failed entry = %+v", e)
 		}
@@ -271,7 +273,7 @@ func TestSessionStartAfterCrash(t *testing.T) {
 		s := machine(pendingHeader(), pendingState("isearch", 1), pendingEntries("isearch")...)
 		effs := durable(s, t0, evStart{})
 		wantTypes(t, "start", effs, effAppend{}, effStep{})
-		if e := appendedEntry(t, effs); mdString(e, "status") != ToolFailed || e.Content != interrupted {
+		if e := appendedEntry(t, effs); mdString(e, "status") != engine.ToolFailed || e.Content != interrupted {
 			t.Fatalf("entry = %+v", e)
 		}
 	})
@@ -342,7 +344,7 @@ func TestSessionRecoverAt(t *testing.T) {
 				t.Fatalf("status %s", s.hdr.Status)
 			}
 			// The call in flight gets an outcome.
-			if len(ap.batch.Entries) != 1 || mdString(ap.batch.Entries[0], "status") != ToolFailed {
+			if len(ap.batch.Entries) != 1 || mdString(ap.batch.Entries[0], "status") != engine.ToolFailed {
 				t.Fatalf("entries %+v", ap.batch.Entries)
 			}
 			if len(only[effStatus](durable(s, boot, evAppended{id: ap.id}))) != 1 {
@@ -374,7 +376,7 @@ func TestSessionRecoverAt(t *testing.T) {
 // same append as the message, and shown with it; no step runs.
 func TestSessionInstantEngine(t *testing.T) {
 	s, c := newAttached(t)
-	s.cfg.Instant = Echo{}.Answer
+	s.cfg.Instant = engine.Echo{}.Answer
 	effs := durable(s, t0, evSend{conn: c, id: "m1", content: "hi"})
 	ap := one[effAppend](t, effs)
 	if len(ap.batch.Entries) != 2 || ap.batch.Entries[1].Content != "Agent reply: hi" || ap.batch.Entries[1].Metadata["reply_to"] != uint64(1) {

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tether-dev/tether/actor/httpagent"
+	"github.com/tether-dev/tether/actor/engine/httpagent"
 )
 
 // agentProc is the agent endpoint the harness started: the Python
@@ -124,7 +124,7 @@ func (p *agentProc) stop() {
 }
 
 // The direct baseline: the bench sends step requests straight to the
-// endpoint, shaped and signed as actor/httpagent sends them (its
+// endpoint, shaped and signed as actor/engine/httpagent sends them (its
 // exported Sign; the request types are its own, so they are written
 // again here from gateway/AGENT-PROTOCOL.md), to time the endpoint's own
 // answer.

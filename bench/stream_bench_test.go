@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // fastModel streams a reply of parts tokens, one every pace (a fast
@@ -22,11 +23,11 @@ type fastModel struct {
 	first chan time.Time
 }
 
-func (m *fastModel) Next(ctx context.Context, in actor.TurnInput) (actor.Action, error) {
+func (m *fastModel) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	return m.Stream(ctx, in, func(string) {})
 }
 
-func (m *fastModel) Stream(_ context.Context, _ actor.TurnInput, part func(string)) (actor.Action, error) {
+func (m *fastModel) Stream(_ context.Context, _ engine.TurnInput, part func(string)) (engine.Action, error) {
 	var reply strings.Builder
 	for i := range m.parts {
 		tok := fmt.Sprintf("tok%d ", i)
@@ -38,10 +39,10 @@ func (m *fastModel) Stream(_ context.Context, _ actor.TurnInput, part func(strin
 		part(tok)
 		reply.WriteString(tok)
 	}
-	return actor.Action{Reply: reply.String()}, nil
+	return engine.Action{Reply: reply.String()}, nil
 }
 
-func (*fastModel) Tool(string) (actor.Tool, bool) { return actor.Tool{}, false }
+func (*fastModel) Tool(string) (engine.Tool, bool) { return engine.Tool{}, false }
 
 // BenchmarkStreamCoalescing measures one streamed reply of 200 parts, one
 // every 2ms, as a client receives it, with the default flush interval

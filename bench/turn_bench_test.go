@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // historyEngine answers after looking at what an engine is shown: the
@@ -16,11 +17,11 @@ import (
 // input, unlike the Instant echo).
 type historyEngine struct{}
 
-func (historyEngine) Next(_ context.Context, in actor.TurnInput) (actor.Action, error) {
-	return actor.Action{Reply: fmt.Sprintf("seen %d earlier entries; you said %q", len(in.History), in.User.Content)}, nil
+func (historyEngine) Next(_ context.Context, in engine.TurnInput) (engine.Action, error) {
+	return engine.Action{Reply: fmt.Sprintf("seen %d earlier entries; you said %q", len(in.History), in.User.Content)}, nil
 }
 
-func (historyEngine) Tool(string) (actor.Tool, bool) { return actor.Tool{}, false }
+func (historyEngine) Tool(string) (engine.Tool, bool) { return engine.Tool{}, false }
 
 // BenchmarkTurnAtSize measures an agent turn — send to the agent's reply
 // held by the client — in a session of 10 and of 5,000 entries: the turn

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -158,7 +159,7 @@ func TestLastSeqBeyondLog(t *testing.T) {
 // late result is not appended.
 func TestCompleteDuringTool(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 300 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 300 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)
@@ -283,7 +284,7 @@ func TestRestartResume(t *testing.T) {
 // order; the superseded connection gets 4001.
 func TestResumeMidTurn(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 300 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 300 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
 	tok := token(t, "alice")
 	old := dial(t, n.URL)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -79,7 +80,7 @@ func manyKeys(k int) map[string]any {
 // drains the same id is accepted.
 func TestTurnQueueCapped(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 3 * time.Second})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 3 * time.Second})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo, MaxTurns: 2}, gateway: gateway.Config{NoRateLimit: true}})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)

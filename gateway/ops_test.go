@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -141,7 +142,7 @@ func TestDebugLogPerConnectionEvent(t *testing.T) {
 	t.Parallel()
 	var logs logBuffer
 	lg := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo, Logger: lg}, gateway: gateway.Config{Logger: lg, MaxFrame: 4096}})
 	tok := token(t, "alice")
 

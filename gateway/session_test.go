@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -148,7 +149,7 @@ func TestContext(t *testing.T) {
 
 func TestSensitiveTool(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 50 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 50 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)
@@ -189,7 +190,7 @@ func TestSensitiveTool(t *testing.T) {
 
 func TestDisconnectMidTool(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 600 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 600 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -45,8 +46,8 @@ func (c *wsc) pingPong() []map[string]any {
 	return seen
 }
 
-func demoNode(t *testing.T, cfg actor.DemoConfig) *node {
-	return startNode(t, nodeOpts{actor: actor.Config{Engine: actor.NewDemo(cfg)}})
+func demoNode(t *testing.T, cfg engine.DemoConfig) *node {
+	return startNode(t, nodeOpts{actor: actor.Config{Engine: engine.NewDemo(cfg)}})
 }
 
 // cancel mid-stream: the text so far is the turn's agent entry, marked
@@ -89,7 +90,7 @@ func TestCancelMidStream(t *testing.T) {
 // reply (kept, marked cancelled) and is answered.
 func TestCancelToolAndInterrupt(t *testing.T) {
 	t.Parallel()
-	n := demoNode(t, actor.DemoConfig{SearchDelay: time.Minute, StreamDelay: 50 * time.Millisecond})
+	n := demoNode(t, engine.DemoConfig{SearchDelay: time.Minute, StreamDelay: 50 * time.Millisecond})
 	c := dial(t, n.URL)
 	c.hello(token(t, "alice"), "", 0)
 	c.sendMsg("m1", "search tether")
@@ -101,7 +102,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 		t.Fatalf("cancelled search: %v / %v", failed, note)
 	}
 
-	d := demoNode(t, actor.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 100 * time.Millisecond})
+	d := demoNode(t, engine.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 100 * time.Millisecond})
 	c = dial(t, d.URL)
 	c.hello(token(t, "alice"), "", 0)
 	c.sendMsg("m1", "tell me about the sea")
@@ -129,7 +130,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 // decision stands; another user cannot reach the call at all.
 func TestApproveBooking(t *testing.T) {
 	t.Parallel()
-	n := demoNode(t, actor.DemoConfig{SearchDelay: 30 * time.Millisecond})
+	n := demoNode(t, engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
 	tok := token(t, "alice")
 	c := dial(t, n.URL)
 	sid := str(t, c.hello(tok, "", 0)["session_id"])
@@ -196,7 +197,7 @@ func TestApproveBooking(t *testing.T) {
 // A denied booking never runs; the reply says so.
 func TestDenyBooking(t *testing.T) {
 	t.Parallel()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
 	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
 	c := dial(t, n.URL)
 	c.hello(token(t, "alice"), "", 0)

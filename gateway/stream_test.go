@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // scriptEngine streams what the test tells it: each step reads commands
@@ -23,27 +24,27 @@ type cmd struct {
 	call  string
 }
 
-var _ actor.Streamer = (*scriptEngine)(nil)
+var _ engine.Streamer = (*scriptEngine)(nil)
 
 func newScript() *scriptEngine {
 	return &scriptEngine{steps: make(chan cmd, 64), tool: make(chan string, 4)}
 }
 
-func (e *scriptEngine) Next(ctx context.Context, in actor.TurnInput) (actor.Action, error) {
+func (e *scriptEngine) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	return e.Stream(ctx, in, func(string) {})
 }
 
-func (e *scriptEngine) Stream(ctx context.Context, _ actor.TurnInput, part func(string)) (actor.Action, error) {
+func (e *scriptEngine) Stream(ctx context.Context, _ engine.TurnInput, part func(string)) (engine.Action, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return actor.Action{}, ctx.Err()
+			return engine.Action{}, ctx.Err()
 		case c := <-e.steps:
 			switch {
 			case c.reply != nil:
-				return actor.Action{Reply: *c.reply}, nil
+				return engine.Action{Reply: *c.reply}, nil
 			case c.call != "":
-				return actor.Action{Call: &actor.Call{Name: c.call}}, nil
+				return engine.Action{Call: &engine.Call{Name: c.call}}, nil
 			default:
 				part(c.part)
 			}
@@ -51,11 +52,11 @@ func (e *scriptEngine) Stream(ctx context.Context, _ actor.TurnInput, part func(
 	}
 }
 
-func (e *scriptEngine) Tool(name string) (actor.Tool, bool) {
+func (e *scriptEngine) Tool(name string) (engine.Tool, bool) {
 	if name != "slow" {
-		return actor.Tool{}, false
+		return engine.Tool{}, false
 	}
-	return actor.Tool{Name: name, Run: func(ctx context.Context, _ map[string]any, _ func(string)) (string, error) {
+	return engine.Tool{Name: name, Run: func(ctx context.Context, _ map[string]any, _ func(string)) (string, error) {
 		select {
 		case r := <-e.tool:
 			return r, nil

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor/httpagent"
+	"github.com/tether-dev/tether/actor/engine/httpagent"
 )
 
 const agentTestSecret = "agent-test-secret"

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tether-dev/tether/actor/httpagent"
+	"github.com/tether-dev/tether/actor/engine/httpagent"
 )
 
 // agentFlags are serve's --agent-* flags, for --agent http

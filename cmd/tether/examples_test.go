@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor/httpagent"
+	"github.com/tether-dev/tether/actor/engine/httpagent"
 )
 
 type example struct{ name, bin, dir, script string }

@@ -9,8 +9,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/actor/mcptools"
+	"github.com/tether-dev/tether/actor/engine/llm"
+	"github.com/tether-dev/tether/actor/engine/mcptools"
 )
 
 // mcpFlags are serve's --mcp and --mcp-header, for --agent openai.
@@ -89,7 +89,7 @@ func (m *mcpFlags) config() ([]mcptools.Server, error) {
 // whose own tools are builtin; nil without --mcp. It waits a little for
 // the servers' first answers (a server that does not answer is retried
 // in the background, never an error).
-func (m *mcpFlags) toolSet(ctx context.Context, builtin []actor.OpenAITool, logger *slog.Logger) (*mcptools.Set, error) {
+func (m *mcpFlags) toolSet(ctx context.Context, builtin []llm.Tool, logger *slog.Logger) (*mcptools.Set, error) {
 	servers, err := m.config()
 	if err != nil || len(servers) == 0 {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/tether-dev/tether/actor/mcptools/mcptest"
+	"github.com/tether-dev/tether/actor/engine/mcptools/mcptest"
 )
 
 func TestServeMCPFlags(t *testing.T) {

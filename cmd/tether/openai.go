@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine/llm"
 )
 
 // keyEnv is where the API key is read from. It is not envName's
@@ -57,13 +57,13 @@ func (o *openaiFlags) check() error {
 // engine builds the openai engine, with the demo placeholder tools (its
 // search takes searchDelay) and the tools of mcp's servers; stop stops
 // both.
-func (o *openaiFlags) engine(ctx context.Context, searchDelay time.Duration, mcp *mcpFlags, logger *slog.Logger) (e *actor.OpenAI, stop func(), err error) {
-	builtin := actor.BuiltinTools(actor.BuiltinToolsConfig{SearchDelay: searchDelay})
+func (o *openaiFlags) engine(ctx context.Context, searchDelay time.Duration, mcp *mcpFlags, logger *slog.Logger) (e *llm.Engine, stop func(), err error) {
+	builtin := llm.BuiltinTools(llm.BuiltinToolsConfig{SearchDelay: searchDelay})
 	set, err := mcp.toolSet(ctx, builtin, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := actor.OpenAIConfig{
+	cfg := llm.Config{
 		BaseURL: o.baseURL, Model: o.model, APIKey: o.key, MaxHistoryBytes: o.maxHistory, Timeout: o.timeout,
 		Tools: builtin, Logger: logger,
 	}
@@ -71,7 +71,7 @@ func (o *openaiFlags) engine(ctx context.Context, searchDelay time.Duration, mcp
 	if set != nil {
 		cfg.ToolSource, stopTools = set, func() { set.Close() }
 	}
-	if e, err = actor.NewOpenAI(cfg); err != nil {
+	if e, err = llm.New(cfg); err != nil {
 		stopTools()
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}

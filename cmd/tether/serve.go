@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node"
@@ -40,7 +41,7 @@ type serveConfig struct {
 	pprof, tlsCert, tlsKey                            string
 	linkCert, linkKey, linkCA                         string
 	devTokens, devTokensAnywhere                      bool
-	demo                                              actor.DemoConfig
+	demo                                              engine.DemoConfig
 	openai                                            openaiFlags
 	mcp                                               mcpFlags
 	agentHTTP                                         agentFlags
@@ -218,9 +219,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if c.devTokens {
 		logger.Warn("dev tokens are on: POST /dev/token gives anyone a token for any user")
 	}
-	var engine actor.Engine = actor.Echo{}
+	var agent engine.Engine = engine.Echo{}
 	if c.agent == "demo" {
-		engine = actor.NewDemo(c.demo)
+		agent = engine.NewDemo(c.demo)
 	}
 	if c.agent == "openai" {
 		oe, closeEngine, err := c.openai.engine(ctx, c.demo.SearchDelay, &c.mcp, logger)
@@ -228,7 +229,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			return err
 		}
 		defer closeEngine()
-		engine = oe
+		agent = oe
 	}
 	if c.agent == "http" {
 		he, err := c.agentHTTP.engine(logger)
@@ -236,7 +237,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			return err
 		}
 		defer he.Close()
-		engine = he
+		agent = he
 	}
 	var certs *gateway.CertFiles
 	if c.tlsCert != "" {
@@ -251,7 +252,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	nc := node.Config{
 		Dir: c.data, Listen: c.listen, NodeID: c.nodeID, Logger: logger, Cluster: c.clusterConfig(), Advertise: c.advertise,
 		Actor: actor.Config{
-			Engine: engine, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
+			Engine: agent, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
 			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns,
 			MaxContextBytes: c.maxContext, MaxSessionsPerUser: c.maxSessions, TailBytes: c.tailBytes,
 			FlushInterval: flushOrOff(c.flushInterval),

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // syncBuf is Chat's output, safe to read while Chat writes it.
@@ -214,7 +214,7 @@ func TestChat(t *testing.T) {
 // TestChatReadsDuringTurn: /drop typed while a tool runs is acted on at
 // once, and the turn's entries come after the resume.
 func TestChatReadsDuringTurn(t *testing.T) {
-	n := newNode(t, nodeOpts{engine: actor.NewDemo(actor.DemoConfig{SearchDelay: 2 * time.Second})})
+	n := newNode(t, nodeOpts{engine: engine.NewDemo(engine.DemoConfig{SearchDelay: 2 * time.Second})})
 	r := startChat(t, ChatConfig{Client: Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)}})
 	r.waitFor(`started`)
 	r.typeLine("laptops")

@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // TestChatSteer: /approve and /deny decide the call waiting for approval,
 // /stop cancels the reply streaming; each says so when there is nothing
 // to act on.
 func TestChatSteer(t *testing.T) {
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 150 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 150 * time.Millisecond})
 	n := newNode(t, nodeOpts{engine: demo})
 	r := startChat(t, ChatConfig{Client: Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)}})
 	r.waitFor(`session \w+ started`)
@@ -80,7 +80,7 @@ func TestChatSteer(t *testing.T) {
 // waiting for approval is shown to a chat that joins later, which can
 // decide it, and the first sees the decision.
 func TestChatShared(t *testing.T) {
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
 	n := newNode(t, nodeOpts{engine: demo})
 	cfg := Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)}
 	a := startChat(t, ChatConfig{Client: cfg})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/faultnet"
 	"github.com/tether-dev/tether/gateway/wire"
@@ -149,7 +149,7 @@ func TestNodeShutdown(t *testing.T) {
 // TestDropDuringToolRun: the turn goes on while the client is away; the
 // resume brings what it produced, and the tool ran once.
 func TestDropDuringToolRun(t *testing.T) {
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 60 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 60 * time.Millisecond})
 	n := newNode(t, nodeOpts{engine: demo})
 	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)})
 	if _, err := c.Send(ctxT(t), "laptops", nil); err != nil {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 	tnode "github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/gateway/wire"
@@ -40,7 +41,7 @@ type nodeOpts struct {
 	replayLimit int
 	maxFrame    int64
 	secrets     [][]byte // per front; default one shared test secret
-	engine      actor.Engine
+	engine      engine.Engine
 	fronts      int // gateways sharing the registry; default 1
 }
 

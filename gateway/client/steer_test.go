@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -38,7 +38,7 @@ func toolStatus(m wire.Message, status string) bool {
 // TestCancelMidStream: a cancel while the reply streams ends the turn; the
 // text streamed so far becomes its agent entry, marked cancelled.
 func TestCancelMidStream(t *testing.T) {
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 150 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 150 * time.Millisecond})
 	n := newNode(t, nodeOpts{engine: demo})
 	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)})
 	ctx := ctxT(t)
@@ -77,7 +77,7 @@ func TestCancelMidStream(t *testing.T) {
 // TestInterrupt: a send with interrupt stops the turn running and is
 // answered next.
 func TestInterrupt(t *testing.T) {
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 5 * time.Second})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 5 * time.Second})
 	n := newNode(t, nodeOpts{engine: demo})
 	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)})
 	ctx := ctxT(t)
@@ -104,9 +104,9 @@ func TestInterrupt(t *testing.T) {
 
 // approvalSession sends a booking request and returns the call waiting
 // for approval.
-func approvalSession(t *testing.T) (*actor.Demo, *Client, wire.Message) {
+func approvalSession(t *testing.T) (*engine.Demo, *Client, wire.Message) {
 	t.Helper()
-	demo := actor.NewDemo(actor.DemoConfig{SearchDelay: 30 * time.Millisecond})
+	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
 	n := newNode(t, nodeOpts{engine: demo})
 	c := dial(t, Config{URLs: []string{n.url()}, Token: n.token(t, "alice", 0)})
 	if _, err := c.Send(ctxT(t), "book a table for two", nil); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node"
@@ -49,7 +50,7 @@ type opts struct {
 	toolDelay time.Duration // the demo engine with this search delay; 0: echo
 	forward   time.Duration // cluster.Config.ForwardFor; default 3s
 	timing    *cluster.Timing
-	engine    actor.Engine // every node's engine, when set (overrides toolDelay)
+	engine    engine.Engine // every node's engine, when set (overrides toolDelay)
 	flush     time.Duration
 	secret    string // cluster.Config.Secret: the link and Raft over TLS
 }
@@ -59,7 +60,7 @@ type tnode struct {
 	*node.Node
 	id     string
 	ft     *cluster.FaultyTransport
-	demo   *actor.Demo // nil with the echo engine
+	demo   *engine.Demo // nil with the echo engine
 	closed bool
 }
 
@@ -143,13 +144,13 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 		timing = *c.o.timing
 	}
 	tn := &tnode{id: id, ft: ft}
-	var engine actor.Engine = actor.Echo{}
+	var agent engine.Engine = engine.Echo{}
 	switch {
 	case c.o.engine != nil:
-		engine = c.o.engine
+		agent = c.o.engine
 	case c.o.toolDelay > 0:
-		tn.demo = actor.NewDemo(actor.DemoConfig{SearchDelay: c.o.toolDelay})
-		engine = tn.demo
+		tn.demo = engine.NewDemo(engine.DemoConfig{SearchDelay: c.o.toolDelay})
+		agent = tn.demo
 	}
 	dir, err := os.MkdirTemp("", "tether-"+id+"-")
 	if err != nil {
@@ -160,7 +161,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 	c.mu.Unlock()
 	cfg := node.Config{
 		Dir: dir, NodeID: id, Logger: quiet.With("node", id),
-		Actor:   actor.Config{Engine: engine, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush},
+		Actor:   actor.Config{Engine: agent, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush},
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{
 			Gossip: "127.0.0.1:0", Seeds: seeds, Timing: timing, Replicas: c.o.replicas,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
 // partsEngine streams the parts a test hands it, then the reply.
@@ -13,21 +13,21 @@ type partsEngine struct {
 	parts chan string // "" ends the step with the parts joined as the reply
 }
 
-var _ actor.Streamer = (*partsEngine)(nil)
+var _ engine.Streamer = (*partsEngine)(nil)
 
-func (e *partsEngine) Next(ctx context.Context, in actor.TurnInput) (actor.Action, error) {
+func (e *partsEngine) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	return e.Stream(ctx, in, func(string) {})
 }
 
-func (e *partsEngine) Stream(ctx context.Context, _ actor.TurnInput, part func(string)) (actor.Action, error) {
+func (e *partsEngine) Stream(ctx context.Context, _ engine.TurnInput, part func(string)) (engine.Action, error) {
 	text := ""
 	for {
 		select {
 		case <-ctx.Done():
-			return actor.Action{}, ctx.Err()
+			return engine.Action{}, ctx.Err()
 		case p := <-e.parts:
 			if p == "" {
-				return actor.Action{Reply: text}, nil
+				return engine.Action{Reply: text}, nil
 			}
 			text += p
 			part(p)
@@ -35,7 +35,7 @@ func (e *partsEngine) Stream(ctx context.Context, _ actor.TurnInput, part func(s
 	}
 }
 
-func (e *partsEngine) Tool(string) (actor.Tool, bool) { return actor.Tool{}, false }
+func (e *partsEngine) Tool(string) (engine.Tool, bool) { return engine.Tool{}, false }
 
 // deltaFrom reads frames until a delta and returns it with its first part
 // (from, or part when from is absent).

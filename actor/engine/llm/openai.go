@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
-// OpenAIConfig configures the openai engine.
-type OpenAIConfig struct {
+// Config configures the openai engine.
+type Config struct {
 	// BaseURL is the OpenAI-compatible API, up to and including its
 	// version path: http://127.0.0.1:8080/v1 for llama.cpp's
 	// llama-server, http://127.0.0.1:11434/v1 for Ollama,
@@ -51,10 +52,10 @@ type OpenAIConfig struct {
 	MaxRetryDelay time.Duration
 	// Tools are offered to the model. nil: BuiltinTools with its
 	// defaults; an empty non-nil slice offers none.
-	Tools []OpenAITool
+	Tools []Tool
 	// ToolSource offers further tools, read at every step: MCP servers'.
 	// A tool of the source named like one of Tools is left out. nil: none.
-	ToolSource OpenAIToolSource
+	ToolSource ToolSource
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -77,24 +78,24 @@ var (
 	ErrBadToolCall = errors.New("the model asked for a malformed tool call")
 )
 
-// OpenAI is an engine backed by any OpenAI-compatible chat-completions
+// Engine is an engine backed by any OpenAI-compatible chat-completions
 // endpoint. It streams replies and calls tools; it keeps no session
 // state, building each request from TurnInput.
-type OpenAI struct {
-	cfg       OpenAIConfig
+type Engine struct {
+	cfg       Config
 	log       *slog.Logger
 	transport *http.Transport // owned: Close drops its idle connections
 	chat      openai.ChatCompletionService
-	tools     map[string]OpenAITool
+	tools     map[string]Tool
 	toolDefs  []openai.ChatCompletionToolUnionParam
 	closeOnce sync.Once
 }
 
-var _ Streamer = (*OpenAI)(nil)
+var _ engine.Streamer = (*Engine)(nil)
 
-// NewOpenAI checks cfg and returns the engine. It sends nothing until the
+// New checks cfg and returns the engine. It sends nothing until the
 // first turn.
-func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
+func New(cfg Config) (*Engine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		return nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	o := &OpenAI{cfg: cfg, log: cfg.Logger, transport: tr, tools: tools, toolDefs: defs}
+	o := &Engine{cfg: cfg, log: cfg.Logger, transport: tr, tools: tools, toolDefs: defs}
 	// openai.NewClient would also read OPENAI_* from the environment;
 	// Tether's configuration is only what it is given.
 	o.chat = openai.NewChatCompletionService(
@@ -118,14 +119,14 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	return o, nil
 }
 
-func (c *OpenAIConfig) setDefaults() error {
+func (c *Config) setDefaults() error {
 	if c.Model == "" {
-		return errors.New("actor: OpenAIConfig.Model is required")
+		return errors.New("actor: Config.Model is required")
 	}
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// The URL itself is left out: it may hold credentials.
-		return errors.New("actor: OpenAIConfig.BaseURL must be an http(s) URL such as http://127.0.0.1:11434/v1")
+		return errors.New("actor: Config.BaseURL must be an http(s) URL such as http://127.0.0.1:11434/v1")
 	}
 	if c.System == "" {
 		c.System = DefaultOpenAISystem
@@ -156,13 +157,13 @@ func (c *OpenAIConfig) setDefaults() error {
 
 // Close drops the engine's idle connections. Safe to call twice; a turn
 // still running finishes on its own connection.
-func (o *OpenAI) Close() error {
+func (o *Engine) Close() error {
 	o.closeOnce.Do(o.transport.CloseIdleConnections)
 	return nil
 }
 
 // Tool returns one of the tools offered to the model.
-func (o *OpenAI) Tool(name string) (Tool, bool) {
+func (o *Engine) Tool(name string) (engine.Tool, bool) {
 	if t, ok := o.tools[name]; ok {
 		return t.Tool, true
 	}
@@ -171,17 +172,17 @@ func (o *OpenAI) Tool(name string) (Tool, bool) {
 			return t.Tool, true
 		}
 	}
-	return Tool{}, false
+	return engine.Tool{}, false
 }
 
 // Next is Stream without showing the parts.
-func (o *OpenAI) Next(ctx context.Context, in TurnInput) (Action, error) {
+func (o *Engine) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	return o.Stream(ctx, in, func(string) {})
 }
 
 // Stream asks the model for the next step of the turn, reporting the
 // reply's text as it arrives.
-func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (Action, error) {
+func (o *Engine) Stream(ctx context.Context, in engine.TurnInput, part func(string)) (engine.Action, error) {
 	defs, note := o.toolDefs, ""
 	if o.cfg.ToolSource != nil {
 		var more []openai.ChatCompletionToolUnionParam
@@ -204,7 +205,7 @@ func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (A
 		err = o.explain(ctx, err, *attempts)
 		o.log.Warn("model request failed", "session", in.SessionID, "model", o.cfg.Model,
 			"took", time.Since(start).Round(time.Millisecond), "err", err)
-		return Action{}, err
+		return engine.Action{}, err
 	}
 	if c := act.Call; c != nil {
 		// The call carries its tool's declaration, so that it is kept
@@ -222,7 +223,7 @@ func (o *OpenAI) Stream(ctx context.Context, in TurnInput, part func(string)) (A
 
 // stream runs one streamed request: text parts go to part as they come,
 // and the step is decided once the model says it has finished.
-func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, part func(string)) (Action, error) {
+func (o *Engine) stream(ctx context.Context, params openai.ChatCompletionNewParams, part func(string)) (engine.Action, error) {
 	s := o.chat.NewStreaming(ctx, params)
 	defer s.Close()
 	var (
@@ -233,7 +234,7 @@ func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	for s.Next() {
 		chunk := s.Current()
 		if !acc.AddChunk(chunk) {
-			return Action{}, errors.New("the model sent a malformed stream chunk")
+			return engine.Action{}, errors.New("the model sent a malformed stream chunk")
 		}
 		for _, c := range chunk.Choices {
 			if c.Index != 0 {
@@ -251,10 +252,10 @@ func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 		}
 	}
 	if err := s.Err(); err != nil {
-		return Action{}, err
+		return engine.Action{}, err
 	}
 	if finish == "" {
-		return Action{}, ErrStreamCut
+		return engine.Action{}, ErrStreamCut
 	}
 	if len(acc.Choices) > 0 {
 		if calls := acc.Choices[0].Message.ToolCalls; len(calls) > 0 {
@@ -263,20 +264,20 @@ func (o *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 			}
 			call, err := toolCall(calls[0].Function.Name, calls[0].Function.Arguments)
 			if err != nil {
-				return Action{}, err
+				return engine.Action{}, err
 			}
-			return Action{Call: call}, nil
+			return engine.Action{Call: call}, nil
 		}
 	}
 	if text.Len() == 0 {
-		return Action{}, fmt.Errorf("%w (finish reason %q)", ErrEmptyReply, finish)
+		return engine.Action{}, fmt.Errorf("%w (finish reason %q)", ErrEmptyReply, finish)
 	}
-	return Action{Reply: text.String()}, nil
+	return engine.Action{Reply: text.String()}, nil
 }
 
 // explain turns a failed request into what the user is told: what went
 // wrong in words, never the API key.
-func (o *OpenAI) explain(ctx context.Context, err error, attempts int) error {
+func (o *Engine) explain(ctx context.Context, err error, attempts int) error {
 	var apiErr *openai.Error
 	switch {
 	case ctx.Err() != nil:
@@ -292,7 +293,7 @@ func (o *OpenAI) explain(ctx context.Context, err error, attempts int) error {
 			msg += " (retry after " + ra + ")"
 		}
 		if apiErr.Message != "" {
-			msg += ": " + clip(apiErr.Message, 300)
+			msg += ": " + engine.Clip(apiErr.Message, 300)
 		}
 		err = &msgError{msg: msg, err: err}
 	case errors.Is(err, ErrStreamCut) || errors.Is(err, ErrEmptyReply) || errors.Is(err, ErrBadToolCall):
@@ -309,7 +310,7 @@ type attemptsKey struct{}
 
 // logAttempt counts and logs each HTTP attempt (retries included), by
 // status only: headers carry the key.
-func (o *OpenAI) logAttempt(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+func (o *Engine) logAttempt(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	if n, ok := req.Context().Value(attemptsKey{}).(*int); ok {
 		*n++
 	}
@@ -336,7 +337,7 @@ func retryAfter(e *openai.Error) string {
 		if s, err := strconv.Atoi(v); err == nil {
 			return (time.Duration(s) * time.Second).String()
 		}
-		return clip(v, 40)
+		return engine.Clip(v, 40)
 	}
 	return ""
 }

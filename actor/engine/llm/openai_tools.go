@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"context"
@@ -11,30 +11,31 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/tether-dev/tether/actor/engine"
 )
 
-// OpenAITool is a tool the openai engine offers the model: the Tool that
+// Tool is a tool the openai engine offers the model: the engine.Tool that
 // runs it, and what the model is told about it.
-type OpenAITool struct {
-	Tool
+type Tool struct {
+	engine.Tool
 	// Description tells the model what the tool does and when to use it.
 	Description string
 	// Parameters is the JSON schema of the arguments object; nil: none.
 	Parameters map[string]any
 }
 
-// OpenAIToolSource offers the openai engine tools that may change while
-// it runs: MCP servers' tools (package actor/mcptools). Every step of
+// ToolSource offers the openai engine tools that may change while
+// it runs: MCP servers' tools (package actor/engine/mcptools). Every step of
 // every session asks it, concurrently.
-type OpenAIToolSource interface {
+type ToolSource interface {
 	// OpenAITools returns the tools to offer the model now and, when some
 	// cannot be offered (a server that cannot be reached), a sentence that
 	// tells the model so, for the system prompt ("" when all can).
-	OpenAITools() (tools []OpenAITool, note string)
-	// OpenAITool returns the named tool: one OpenAITools offers, or one it
+	OpenAITools() (tools []Tool, note string)
+	// Tool returns the named tool: one OpenAITools offers, or one it
 	// has left out since (a call asked for earlier, or one a crash cut
 	// short, then fails with a reason rather than as an unknown tool).
-	OpenAITool(name string) (OpenAITool, bool)
+	OpenAITool(name string) (Tool, bool)
 }
 
 // BuiltinToolsConfig configures the built-in tools.
@@ -49,17 +50,17 @@ type BuiltinToolsConfig struct {
 // BuiltinTools are demo placeholders that run locally without a network,
 // so that a real model's tool calls can be shown end to end: `search`
 // (slow, idempotent, answering with canned placeholder results) and
-// `get_time`. Real tools come from MCP servers (OpenAIConfig.ToolSource).
-func BuiltinTools(cfg BuiltinToolsConfig) []OpenAITool {
+// `get_time`. Real tools come from MCP servers (Config.ToolSource).
+func BuiltinTools(cfg BuiltinToolsConfig) []Tool {
 	if cfg.SearchDelay <= 0 {
 		cfg.SearchDelay = 2 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return []OpenAITool{
+	return []Tool{
 		{
-			Tool: Tool{Name: "search", Idempotent: true, Run: func(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
+			Tool: engine.Tool{Name: "search", Idempotent: true, Run: func(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
 				return fakeSearch(ctx, cfg.SearchDelay, args, progress)
 			}},
 			Description: "Search the web for a query and return the top results. This is an offline demo: results are placeholders.",
@@ -72,7 +73,7 @@ func BuiltinTools(cfg BuiltinToolsConfig) []OpenAITool {
 			},
 		},
 		{
-			Tool: Tool{Name: "get_time", Idempotent: true, Run: func(_ context.Context, args map[string]any, _ func(string)) (string, error) {
+			Tool: engine.Tool{Name: "get_time", Idempotent: true, Run: func(_ context.Context, args map[string]any, _ func(string)) (string, error) {
 				return getTime(cfg.Now(), args)
 			}},
 			Description: "Get the current date and time, in UTC or in an IANA time zone such as Europe/Paris.",
@@ -137,8 +138,8 @@ func getTime(now time.Time, args map[string]any) (string, error) {
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // toolParams checks the tools and makes their declarations.
-func toolParams(tools []OpenAITool) (map[string]OpenAITool, []openai.ChatCompletionToolUnionParam, error) {
-	byName := make(map[string]OpenAITool, len(tools))
+func toolParams(tools []Tool) (map[string]Tool, []openai.ChatCompletionToolUnionParam, error) {
+	byName := make(map[string]Tool, len(tools))
 	defs := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
 	for _, t := range tools {
 		switch {
@@ -157,7 +158,7 @@ func toolParams(tools []OpenAITool) (map[string]OpenAITool, []openai.ChatComplet
 }
 
 // toolDef is what the model is told about t.
-func toolDef(t OpenAITool) openai.ChatCompletionToolUnionParam {
+func toolDef(t Tool) openai.ChatCompletionToolUnionParam {
 	fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: t.Parameters}
 	if t.Parameters == nil {
 		fn.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
@@ -172,7 +173,7 @@ func toolDef(t OpenAITool) openai.ChatCompletionToolUnionParam {
 // name a built-in tool has or that are malformed (a source should make
 // neither; a built-in keeps its name, so the model's calls stay what
 // they were), and the source's note for the model.
-func (o *OpenAI) sourceTools() ([]openai.ChatCompletionToolUnionParam, string) {
+func (o *Engine) sourceTools() ([]openai.ChatCompletionToolUnionParam, string) {
 	tools, note := o.cfg.ToolSource.OpenAITools()
 	defs := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
 	for _, t := range tools {

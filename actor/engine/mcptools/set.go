@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/engine/llm"
 )
 
 // Server is one MCP server to take tools from.
@@ -138,13 +138,13 @@ type Set struct {
 	closeOnce sync.Once
 }
 
-var _ actor.OpenAIToolSource = (*Set)(nil)
+var _ llm.ToolSource = (*Set)(nil)
 
 // snapshot is what is offered at one moment; it is never changed, only
 // replaced.
 type snapshot struct {
-	tools  []actor.OpenAITool
-	byName map[string]actor.OpenAITool
+	tools  []llm.Tool
+	byName map[string]llm.Tool
 	note   string
 }
 
@@ -205,7 +205,7 @@ func (s *Set) Close() error {
 
 // OpenAITools returns the tools offered now, and the note for the model
 // naming the servers that cannot be reached.
-func (s *Set) OpenAITools() ([]actor.OpenAITool, string) {
+func (s *Set) OpenAITools() ([]llm.Tool, string) {
 	sn := s.snap.Load()
 	return sn.tools, sn.note
 }
@@ -213,7 +213,7 @@ func (s *Set) OpenAITools() ([]actor.OpenAITool, string) {
 // OpenAITool returns the named tool. A name offered earlier but not now
 // is still known: its run fails with the reason (its server cannot be
 // reached, or no longer offers it).
-func (s *Set) OpenAITool(name string) (actor.OpenAITool, bool) {
+func (s *Set) OpenAITool(name string) (llm.Tool, bool) {
 	if t, ok := s.snap.Load().byName[name]; ok {
 		return t, true
 	}
@@ -221,9 +221,9 @@ func (s *Set) OpenAITool(name string) (actor.OpenAITool, bool) {
 	srv, ok := s.seen[name]
 	s.mu.Unlock()
 	if !ok {
-		return actor.OpenAITool{}, false
+		return llm.Tool{}, false
 	}
-	return actor.OpenAITool{Tool: actor.Tool{Name: name, Run: func(context.Context, map[string]any, func(string)) (string, error) {
+	return llm.Tool{Tool: engine.Tool{Name: name, Run: func(context.Context, map[string]any, func(string)) (string, error) {
 		if !srv.state().up {
 			return "", srv.unavailable()
 		}
@@ -262,7 +262,7 @@ func (s *Set) rebuild() {
 	for r := range s.reserved {
 		taken[r] = true
 	}
-	sn := &snapshot{byName: make(map[string]actor.OpenAITool, len(cands))}
+	sn := &snapshot{byName: make(map[string]llm.Tool, len(cands))}
 	for _, c := range cands {
 		name := c.base
 		if count[name] > 1 || taken[name] {

@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"net/http"
@@ -6,35 +6,37 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tether-dev/tether/actor/engine"
 )
 
-// listSource is an OpenAIToolSource whose tools the test sets.
+// listSource is a ToolSource whose tools the test sets.
 type listSource struct {
 	mu    sync.Mutex
-	tools []OpenAITool
+	tools []Tool
 	note  string
 }
 
-func (s *listSource) set(note string, tools ...OpenAITool) {
+func (s *listSource) set(note string, tools ...Tool) {
 	s.mu.Lock()
 	s.tools, s.note = tools, note
 	s.mu.Unlock()
 }
 
-func (s *listSource) OpenAITools() ([]OpenAITool, string) {
+func (s *listSource) OpenAITools() ([]Tool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tools, s.note
 }
 
-func (s *listSource) OpenAITool(name string) (OpenAITool, bool) {
+func (s *listSource) OpenAITool(name string) (Tool, bool) {
 	tools, _ := s.OpenAITools()
 	for _, t := range tools {
 		if t.Name == name {
 			return t, true
 		}
 	}
-	return OpenAITool{}, false
+	return Tool{}, false
 }
 
 // A tool source's tools are offered at each step as they are then, after
@@ -50,11 +52,11 @@ func TestOpenAIToolSource(t *testing.T) {
 	})
 	src := &listSource{}
 	src.set("Server x cannot be reached.",
-		OpenAITool{Tool: Tool{Name: "search", Run: fakeRun}},
-		OpenAITool{Tool: Tool{Name: "lookup", Idempotent: true, Run: fakeRun}, Description: "look it up"},
-		OpenAITool{Tool: Tool{Name: "wipe", Approval: true, Run: fakeRun}},
+		Tool{Tool: engine.Tool{Name: "search", Run: fakeRun}},
+		Tool{Tool: engine.Tool{Name: "lookup", Idempotent: true, Run: fakeRun}, Description: "look it up"},
+		Tool{Tool: engine.Tool{Name: "wipe", Approval: true, Run: fakeRun}},
 	)
-	e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.ToolSource = src })
+	e := newTestOpenAI(t, f, nil, func(c *Config) { c.ToolSource = src })
 
 	act, _, err := streamIn(t, e, userTurn("wipe it"))
 	if err != nil || act.Call == nil || act.Call.Name != "wipe" || !act.Call.Approval || act.Call.Idempotent {
@@ -67,7 +69,7 @@ func TestOpenAIToolSource(t *testing.T) {
 	if tl, ok := e.Tool("search"); !ok || !tl.Idempotent {
 		t.Fatalf("search is not the built-in one: %+v", tl)
 	}
-	src.set("", OpenAITool{Tool: Tool{Name: "lookup", Idempotent: true, Run: fakeRun}})
+	src.set("", Tool{Tool: engine.Tool{Name: "lookup", Idempotent: true, Run: fakeRun}})
 	if _, _, err := streamIn(t, e, userTurn("again")); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -39,7 +39,7 @@ func TestToolRetryOnlyWhenIdempotent(t *testing.T) {
 	for _, idem := range []bool{false, true} {
 		srv, n := status500(t)
 		a := newAgent(t, srv.URL)
-		_, err := a.RunCall(t.Context(), actor.CallInput{SessionID: "s", CallID: "call-2", Name: "x", Idempotent: idem}, func(string) {})
+		_, err := a.RunCall(t.Context(), engine.CallInput{SessionID: "s", CallID: "call-2", Name: "x", Idempotent: idem}, func(string) {})
 		if err == nil || !strings.HasPrefix(err.Error(), toolFailure) || !errors.Is(err, ErrStatus) {
 			t.Fatalf("idempotent=%v: %v", idem, err)
 		}
@@ -54,9 +54,9 @@ func TestToolRetryOnlyWhenIdempotent(t *testing.T) {
 func TestFailedToolRequestEndsTurn(t *testing.T) {
 	srv, n := status500(t)
 	a := newAgent(t, srv.URL)
-	failed := wal.Entry{Seq: 3, Role: actor.RoleTool, Content: toolFailure + "tool request: HTTP 400",
-		Metadata: map[string]any{"status": actor.ToolFailed, "name": "lookup"}}
-	_, err := a.Next(t.Context(), actor.TurnInput{SessionID: "s", User: wal.Entry{Seq: 1}, Steps: []wal.Entry{failed}})
+	failed := wal.Entry{Seq: 3, Role: engine.RoleTool, Content: toolFailure + "tool request: HTTP 400",
+		Metadata: map[string]any{"status": engine.ToolFailed, "name": "lookup"}}
+	_, err := a.Next(t.Context(), engine.TurnInput{SessionID: "s", User: wal.Entry{Seq: 1}, Steps: []wal.Entry{failed}})
 	if err == nil || !strings.Contains(err.Error(), "tool request for lookup") || n.Load() != 0 {
 		t.Fatalf("err %v after %d requests", err, n.Load())
 	}

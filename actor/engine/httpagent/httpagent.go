@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -62,8 +62,8 @@ type Agent struct {
 }
 
 var (
-	_ actor.Streamer   = (*Agent)(nil)
-	_ actor.CallRunner = (*Agent)(nil)
+	_ engine.Streamer   = (*Agent)(nil)
+	_ engine.CallRunner = (*Agent)(nil)
 )
 
 // New checks cfg and returns the engine.
@@ -114,10 +114,10 @@ func (a *Agent) Close() error {
 
 // Tool reports no tools: the endpoint declares each with its call, and the
 // actor runs calls through RunCall.
-func (a *Agent) Tool(string) (actor.Tool, bool) { return actor.Tool{}, false }
+func (a *Agent) Tool(string) (engine.Tool, bool) { return engine.Tool{}, false }
 
 // Next is Stream without showing the parts.
-func (a *Agent) Next(ctx context.Context, in actor.TurnInput) (actor.Action, error) {
+func (a *Agent) Next(ctx context.Context, in engine.TurnInput) (engine.Action, error) {
 	return a.Stream(ctx, in, func(string) {})
 }
 
@@ -177,10 +177,10 @@ func stepsMade(steps []wal.Entry) int {
 	n := 0
 	for _, e := range steps {
 		s, _ := e.Metadata["status"].(string)
-		if e.Role != actor.RoleTool {
+		if e.Role != engine.RoleTool {
 			continue
 		}
-		if s == actor.ToolAwaitingApproval || s == actor.ToolStarted && !approvedBefore(steps, e) {
+		if s == engine.ToolAwaitingApproval || s == engine.ToolStarted && !approvedBefore(steps, e) {
 			n++
 		}
 	}
@@ -191,7 +191,7 @@ func stepsMade(steps []wal.Entry) int {
 // approval (the call was counted at its awaiting_approval entry).
 func approvedBefore(steps []wal.Entry, e wal.Entry) bool {
 	for _, p := range steps {
-		if p.Seq < e.Seq && p.Metadata["call_id"] == e.Metadata["call_id"] && p.Metadata["status"] == actor.ToolApproved {
+		if p.Seq < e.Seq && p.Metadata["call_id"] == e.Metadata["call_id"] && p.Metadata["status"] == engine.ToolApproved {
 			return true
 		}
 	}
@@ -200,13 +200,13 @@ func approvedBefore(steps []wal.Entry, e wal.Entry) bool {
 
 // Stream asks the endpoint for the next step of the turn and shows its
 // text parts as they arrive.
-func (a *Agent) Stream(ctx context.Context, in actor.TurnInput, part func(string)) (actor.Action, error) {
+func (a *Agent) Stream(ctx context.Context, in engine.TurnInput, part func(string)) (engine.Action, error) {
 	if n := len(in.Steps); n > 0 {
 		last := in.Steps[n-1]
-		if s, _ := last.Metadata["status"].(string); last.Role == actor.RoleTool && s == actor.ToolFailed {
+		if s, _ := last.Metadata["status"].(string); last.Role == engine.RoleTool && s == engine.ToolFailed {
 			if why, ok := strings.CutPrefix(last.Content, toolFailure); ok {
 				name, _ := last.Metadata["name"].(string)
-				return actor.Action{}, fmt.Errorf("tool request for %s: %s", name, why)
+				return engine.Action{}, fmt.Errorf("tool request for %s: %s", name, why)
 			}
 		}
 	}
@@ -220,7 +220,7 @@ func (a *Agent) Stream(ctx context.Context, in actor.TurnInput, part func(string
 		req.Summary = &in.Summary
 	}
 	key := fmt.Sprintf("%s/%d/%d", in.SessionID, in.User.Seq, step)
-	var act actor.Action
+	var act engine.Action
 	var text strings.Builder
 	err := a.exchange(ctx, key, req, true, func(l line) (bool, error) {
 		switch l.Type {
@@ -240,7 +240,7 @@ func (a *Agent) Stream(ctx context.Context, in actor.TurnInput, part func(string
 			if l.Name == "" {
 				return false, fmt.Errorf("%w: tool_call without a name", ErrBadLine)
 			}
-			act.Call = &actor.Call{Name: l.Name, Args: l.Args, Idempotent: l.Idempotent, Sensitive: l.Sensitive, Approval: l.Approval}
+			act.Call = &engine.Call{Name: l.Name, Args: l.Args, Idempotent: l.Idempotent, Sensitive: l.Sensitive, Approval: l.Approval}
 			act.AgentContext = l.AgentContext
 			return true, nil
 		case "error":
@@ -249,7 +249,7 @@ func (a *Agent) Stream(ctx context.Context, in actor.TurnInput, part func(string
 		return false, fmt.Errorf("%w: type %q is not a step's (text, reply, tool_call, error)", ErrBadLine, l.Type)
 	})
 	if err != nil {
-		return actor.Action{}, fmt.Errorf("step request: %w", err)
+		return engine.Action{}, fmt.Errorf("step request: %w", err)
 	}
 	return act, nil
 }
@@ -257,7 +257,7 @@ func (a *Agent) Stream(ctx context.Context, in actor.TurnInput, part func(string
 // RunCall runs a call with a tool request. The endpoint's own error is the
 // call's failure; a failed request is logged as toolFailure, which ends
 // the turn at its next step.
-func (a *Agent) RunCall(ctx context.Context, c actor.CallInput, progress func(string)) (string, error) {
+func (a *Agent) RunCall(ctx context.Context, c engine.CallInput, progress func(string)) (string, error) {
 	req := toolRequest{Kind: "tool", SessionID: c.SessionID, UserID: c.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args}
 	var result string
 	var toolErr error

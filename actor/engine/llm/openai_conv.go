@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -17,7 +18,7 @@ import (
 // dropped), and so is note (the tool source's word on tools it cannot
 // offer now). It returns the messages and how many History entries it
 // kept.
-func (o *OpenAI) conversation(in TurnInput, note string) ([]openai.ChatCompletionMessageParamUnion, int) {
+func (o *Engine) conversation(in engine.TurnInput, note string) ([]openai.ChatCompletionMessageParamUnion, int) {
 	args := callArgsByID(in.History, in.Steps)
 	keep := historySuffix(in.History, args, o.cfg.MaxHistoryBytes)
 	dropped := len(in.History) - len(keep)
@@ -68,11 +69,11 @@ func historySuffix(hist []wal.Entry, args map[string]string, budget int) []wal.E
 func entryCost(e wal.Entry, args map[string]string) int {
 	const overhead = 16 // role, quotes, separators
 	switch {
-	case e.Role == RoleSystem:
+	case e.Role == engine.RoleSystem:
 		return 0 // not sent
-	case e.Role == RoleTool && !toolOutcome(mdStr(e, "status")):
+	case e.Role == engine.RoleTool && !toolOutcome(mdStr(e, "status")):
 		return 0 // sent with its result
-	case e.Role == RoleTool:
+	case e.Role == engine.RoleTool:
 		return overhead*2 + len(e.Content) + len(mdStr(e, "name")) + len(args[mdStr(e, "call_id")])
 	}
 	return overhead + len(e.Content)
@@ -85,14 +86,14 @@ func entryCost(e wal.Entry, args map[string]string) int {
 // (notices to the user, such as agent errors) are not the conversation.
 func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionMessageParamUnion {
 	switch e.Role {
-	case RoleUser:
+	case engine.RoleUser:
 		return []openai.ChatCompletionMessageParamUnion{openai.UserMessage(e.Content)}
-	case RoleAgent:
+	case engine.RoleAgent:
 		if e.Content == "" {
 			return nil
 		}
 		return []openai.ChatCompletionMessageParamUnion{openai.AssistantMessage(e.Content)}
-	case RoleTool:
+	case engine.RoleTool:
 		status := mdStr(e, "status")
 		if !toolOutcome(status) {
 			return nil
@@ -114,9 +115,9 @@ func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionM
 		}
 		result := e.Content
 		switch status {
-		case ToolFailed:
+		case engine.ToolFailed:
 			result = "The tool call failed: " + result
-		case ToolDenied:
+		case engine.ToolDenied:
 			result = "The user denied this tool call; it did not run."
 		}
 		return []openai.ChatCompletionMessageParamUnion{
@@ -130,7 +131,7 @@ func entryMessages(e wal.Entry, args map[string]string) []openai.ChatCompletionM
 // toolOutcome reports whether a tool entry with this status ends its
 // call (completed, failed, denied): the one a call is rendered at.
 func toolOutcome(status string) bool {
-	return status == ToolCompleted || status == ToolFailed || status == ToolDenied
+	return status == engine.ToolCompleted || status == engine.ToolFailed || status == engine.ToolDenied
 }
 
 // toolCallID is the id a call and its result share in a request: the
@@ -149,7 +150,7 @@ func callArgsByID(lists ...[]wal.Entry) map[string]string {
 	out := make(map[string]string)
 	for _, list := range lists {
 		for _, e := range list {
-			if st := mdStr(e, "status"); e.Role != RoleTool || st != ToolStarted && st != ToolAwaitingApproval {
+			if st := mdStr(e, "status"); e.Role != engine.RoleTool || st != engine.ToolStarted && st != engine.ToolAwaitingApproval {
 				continue
 			}
 			b, err := json.Marshal(jsonable(e.Metadata["args"]))
@@ -190,7 +191,7 @@ func jsonable(v any) any {
 
 // toolCall makes the model's call an Action's: a name and a JSON object
 // of arguments (no arguments is an empty object).
-func toolCall(name, arguments string) (*Call, error) {
+func toolCall(name, arguments string) (*engine.Call, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: no tool name", ErrBadToolCall)
 	}
@@ -198,13 +199,13 @@ func toolCall(name, arguments string) (*Call, error) {
 	if a := strings.TrimSpace(arguments); a != "" && a != "null" {
 		if err := json.Unmarshal([]byte(a), &args); err != nil {
 			return nil, fmt.Errorf("%w: %s with arguments that are not a JSON object (%q): %v",
-				ErrBadToolCall, name, clip(a, 120), err)
+				ErrBadToolCall, name, engine.Clip(a, 120), err)
 		}
 		if args == nil {
 			args = map[string]any{}
 		}
 	}
-	return &Call{Name: name, Args: args}, nil
+	return &engine.Call{Name: name, Args: args}, nil
 }
 
 func mdStr(e wal.Entry, key string) string {

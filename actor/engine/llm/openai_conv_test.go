@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -20,18 +21,18 @@ func TestOpenAIHistoryBudget(t *testing.T) {
 	leakCheck(t)
 	f := newFakeModel(t, func(w http.ResponseWriter, _ *http.Request, _ int, _ fakeRequest) { streamText(w, "ok") })
 	const budget = 5000
-	e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.MaxHistoryBytes = budget })
+	e := newTestOpenAI(t, f, nil, func(c *Config) { c.MaxHistoryBytes = budget })
 
 	pad := strings.Repeat("x", 1000)
-	in := TurnInput{SessionID: "s1", Summary: "7 earlier entries (seq 1–7) are not shown."}
-	for i := range HistoryLen {
-		role := RoleUser
+	in := engine.TurnInput{SessionID: "s1", Summary: "7 earlier entries (seq 1–7) are not shown."}
+	for i := range engine.HistoryLen {
+		role := engine.RoleUser
 		if i%2 == 1 {
-			role = RoleAgent
+			role = engine.RoleAgent
 		}
 		in.History = append(in.History, wal.Entry{Seq: uint64(8 + i), Role: role, Content: fmt.Sprintf("entry-%02d %s", i, pad)})
 	}
-	in.User = wal.Entry{Seq: 8 + HistoryLen, Role: RoleUser, Content: "the question " + pad + pad + pad}
+	in.User = wal.Entry{Seq: 8 + engine.HistoryLen, Role: engine.RoleUser, Content: "the question " + pad + pad + pad}
 	if _, _, err := streamIn(t, e, in); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestOpenAIHistoryBudget(t *testing.T) {
 // Earlier turns' tool calls are sent as call + result pairs, even when a
 // user entry was logged between the two; system notices are not sent.
 func TestOpenAIConversationFromLog(t *testing.T) {
-	e, err := NewOpenAI(OpenAIConfig{BaseURL: "http://127.0.0.1:9/v1", Model: "m", System: "S"})
+	e, err := New(Config{BaseURL: "http://127.0.0.1:9/v1", Model: "m", System: "S"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,23 +87,23 @@ func TestOpenAIConversationFromLog(t *testing.T) {
 		for k, v := range md {
 			m[k] = v
 		}
-		return wal.Entry{Seq: seq, Role: RoleTool, Content: content, Metadata: m}
+		return wal.Entry{Seq: seq, Role: engine.RoleTool, Content: content, Metadata: m}
 	}
-	in := TurnInput{
+	in := engine.TurnInput{
 		History: []wal.Entry{
-			{Seq: 1, Role: RoleUser, Content: "find go"},
+			{Seq: 1, Role: engine.RoleUser, Content: "find go"},
 			// Decoded from the log, args may be keyed by any.
-			tool(2, ToolStarted, "", map[string]any{"args": map[any]any{"query": "go", "n": int8(2)}}),
-			{Seq: 3, Role: RoleUser, Content: "and quickly"},
-			tool(4, ToolCompleted, "found go", map[string]any{"result": "found go"}),
-			{Seq: 5, Role: RoleAgent, Content: "Go is a language."},
-			{Seq: 6, Role: RoleSystem, Content: "agent error: the model did not finish within 2m"},
+			tool(2, engine.ToolStarted, "", map[string]any{"args": map[any]any{"query": "go", "n": int8(2)}}),
+			{Seq: 3, Role: engine.RoleUser, Content: "and quickly"},
+			tool(4, engine.ToolCompleted, "found go", map[string]any{"result": "found go"}),
+			{Seq: 5, Role: engine.RoleAgent, Content: "Go is a language."},
+			{Seq: 6, Role: engine.RoleSystem, Content: "agent error: the model did not finish within 2m"},
 		},
-		User: wal.Entry{Seq: 7, Role: RoleUser, Content: "thanks"},
+		User: wal.Entry{Seq: 7, Role: engine.RoleUser, Content: "thanks"},
 		// This turn's outcome without its started entry: the arguments
 		// are unknown and sent as {}.
-		Steps: []wal.Entry{{Seq: 9, Role: RoleTool, Content: "2025-06-01T12:00:00Z",
-			Metadata: map[string]any{"call_id": "call-8", "name": "get_time", "status": ToolCompleted}}},
+		Steps: []wal.Entry{{Seq: 9, Role: engine.RoleTool, Content: "2025-06-01T12:00:00Z",
+			Metadata: map[string]any{"call_id": "call-8", "name": "get_time", "status": engine.ToolCompleted}}},
 	}
 	msgs, kept := e.conversation(in, "")
 	if kept != len(in.History) {
@@ -142,7 +143,7 @@ func TestOpenAIConversationFromLog(t *testing.T) {
 func TestOpenAIBuiltinTools(t *testing.T) {
 	now := time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC)
 	tools := BuiltinTools(BuiltinToolsConfig{SearchDelay: 30 * time.Millisecond, Now: func() time.Time { return now }})
-	e, err := NewOpenAI(OpenAIConfig{BaseURL: "http://127.0.0.1:9/v1", Model: "m", Tools: tools})
+	e, err := New(Config{BaseURL: "http://127.0.0.1:9/v1", Model: "m", Tools: tools})
 	if err != nil {
 		t.Fatal(err)
 	}

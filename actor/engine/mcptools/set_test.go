@@ -15,8 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
-	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/actor/mcptools/mcptest"
+	"github.com/tether-dev/tether/actor/engine/llm"
+	"github.com/tether-dev/tether/actor/engine/mcptools/mcptest"
 )
 
 // Every test closes its Set: goleak fails the package if a server's loop,
@@ -67,17 +67,17 @@ func names(s *Set) []string {
 	return out
 }
 
-func offered(s *Set, name string) (actor.OpenAITool, bool) {
+func offered(s *Set, name string) (llm.Tool, bool) {
 	tools, _ := s.OpenAITools()
 	for _, t := range tools {
 		if t.Name == name {
 			return t, true
 		}
 	}
-	return actor.OpenAITool{}, false
+	return llm.Tool{}, false
 }
 
-func run(t *testing.T, tool actor.OpenAITool, args map[string]any) (string, error) {
+func run(t *testing.T, tool llm.Tool, args map[string]any) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
@@ -152,7 +152,7 @@ func TestToolsListed(t *testing.T) {
 	}
 }
 
-func want2(t *testing.T, s *Set, name string) actor.OpenAITool {
+func want2(t *testing.T, s *Set, name string) llm.Tool {
 	t.Helper()
 	tool, ok := offered(s, name)
 	if !ok {

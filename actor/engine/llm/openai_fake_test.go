@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"bytes"
@@ -189,18 +189,18 @@ const testAPIKey = "sk-test-SECRET-7c1f9e"
 
 // newTestOpenAI is an engine on f with a short retry delay; mod changes
 // its config.
-func newTestOpenAI(t *testing.T, f *fakeModel, log *slog.Logger, mod func(*OpenAIConfig)) *OpenAI {
+func newTestOpenAI(t *testing.T, f *fakeModel, log *slog.Logger, mod func(*Config)) *Engine {
 	t.Helper()
-	cfg := OpenAIConfig{
+	cfg := Config{
 		BaseURL: f.baseURL(), Model: "test-model", APIKey: testAPIKey, Logger: log,
 		MaxRetryDelay: 2 * time.Second, Tools: BuiltinTools(BuiltinToolsConfig{SearchDelay: 30 * time.Millisecond}),
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	e, err := NewOpenAI(cfg)
+	e, err := New(cfg)
 	if err != nil {
-		t.Fatalf("NewOpenAI: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { e.Close() })
 	return e

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/engine/llm"
 )
 
 // Declare is what a tool's annotations make of its calls, as doc.go
@@ -31,7 +31,7 @@ func Declare(a *mcp.ToolAnnotations) (idempotent, approval bool) {
 const approvalNote = " (Needs the user's approval: a call waits for the user to approve or deny it, and a denied call does not run.)"
 
 // openAITool is t as the engine offers it, under name.
-func (s *server) openAITool(name string, t *mcp.Tool) actor.OpenAITool {
+func (s *server) openAITool(name string, t *mcp.Tool) llm.Tool {
 	idempotent, approval := Declare(t.Annotations)
 	desc := t.Description
 	if desc == "" {
@@ -44,8 +44,8 @@ func (s *server) openAITool(name string, t *mcp.Tool) actor.OpenAITool {
 		desc = strings.TrimSpace(desc + approvalNote)
 	}
 	mcpName := t.Name
-	return actor.OpenAITool{
-		Tool: actor.Tool{
+	return llm.Tool{
+		Tool: engine.Tool{
 			Name: name, Idempotent: idempotent, Approval: approval,
 			Run: func(ctx context.Context, args map[string]any, progress func(string)) (string, error) {
 				return s.call(ctx, mcpName, args, progress)

@@ -4,9 +4,9 @@
 // endpoint only decides, one step request at a time, what comes next, and
 // runs tools when asked with a tool request.
 //
-// The engine is an actor.Streamer (a step's text parts become deltas, so a
+// The engine is an engine.Streamer (a step's text parts become deltas, so a
 // reply resumes mid-way as any streamed reply does) and an
-// actor.CallRunner (the endpoint names and declares each tool with its
+// engine.CallRunner (the endpoint names and declares each tool with its
 // call, so the actor runs calls through RunCall with the session's and the
 // call's ids, and the call's idempotent flag is kept with the pending call
 // across crashes).

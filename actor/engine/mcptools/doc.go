@@ -1,6 +1,6 @@
 // Package mcptools gives the openai engine the tools of MCP servers
 // (Model Context Protocol, over the streamable HTTP transport): a Set is
-// an actor.OpenAIToolSource, so each of the model's steps is offered the
+// an llm.ToolSource, so each of the model's steps is offered the
 // tools the servers offer at that moment, and each call the model asks
 // for is journaled by the actor like any tool call (started before it
 // runs, its result after). A call asks for progress notifications; the

@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"context"
@@ -11,20 +11,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
-// oaiConn records the entries the actor delivers.
+// oaiConn records the entries the actor delivers; delta is closed at
+// the first delta.
 type oaiConn struct {
 	mu      sync.Mutex
 	entries []wal.Entry
 	changed chan struct{}
+	delta   chan struct{}
+	deltas  int
 }
 
-func newOAIConn() *oaiConn { return &oaiConn{changed: make(chan struct{}, 1)} }
+func newOAIConn() *oaiConn {
+	return &oaiConn{changed: make(chan struct{}, 1), delta: make(chan struct{})}
+}
 
-func (c *oaiConn) Deliver(o Out) {
-	if e, ok := o.(*EntryOut); ok {
+func (c *oaiConn) Deliver(o actor.Out) {
+	if _, ok := o.(*actor.DeltaOut); ok {
+		c.mu.Lock()
+		if c.deltas++; c.deltas == 1 {
+			close(c.delta)
+		}
+		c.mu.Unlock()
+	}
+	if e, ok := o.(*actor.EntryOut); ok {
 		c.mu.Lock()
 		c.entries = append(c.entries, e.Entry)
 		c.mu.Unlock()
@@ -35,7 +49,17 @@ func (c *oaiConn) Deliver(o Out) {
 	}
 }
 
-func (c *oaiConn) Close(CloseReason, string) {}
+func (c *oaiConn) Close(actor.CloseReason, string) {}
+
+// wait waits for ch to be closed.
+func wait(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(oaiWait):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
 
 // waitEntries waits until n entries were delivered and returns them.
 func (c *oaiConn) waitEntries(t *testing.T, n int) []wal.Entry {
@@ -66,7 +90,7 @@ func dumpEntries(es []wal.Entry) string {
 }
 
 // oaiRegistry is a real registry on a real log, running engine e.
-func oaiRegistry(t *testing.T, e Engine) (*wal.Log, *Registry) {
+func oaiRegistry(t *testing.T, e engine.Engine) (*wal.Log, *actor.Registry) {
 	t.Helper()
 	quietLog := slog.New(slog.DiscardHandler)
 	log, err := wal.New(wal.Config{Dir: t.TempDir(), Logger: quietLog})
@@ -78,7 +102,7 @@ func oaiRegistry(t *testing.T, e Engine) (*wal.Log, *Registry) {
 			t.Errorf("log close: %v", err)
 		}
 	})
-	reg, err := New(Config{Journal: log, Engine: e, Logger: quietLog, SweepInterval: -1})
+	reg, err := actor.New(actor.Config{Journal: log, Engine: e, Logger: quietLog, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +138,14 @@ func TestOpenAIThroughActor(t *testing.T) {
 		return run(ctx, args, progress)
 	}
 	quietLog := slog.New(slog.DiscardHandler)
-	e := newTestOpenAI(t, f, quietLog, func(c *OpenAIConfig) { c.Tools = []OpenAITool{search} })
+	e := newTestOpenAI(t, f, quietLog, func(c *Config) { c.Tools = []Tool{search} })
 
 	log, reg := oaiRegistry(t, e)
 
 	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
 	defer cancel()
 	conn := newOAIConn()
-	h, err := reg.Create(ctx, CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
+	h, err := reg.Create(ctx, actor.CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +153,7 @@ func TestOpenAIThroughActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := conn.waitEntries(t, 4)
-	want := []struct{ role, status string }{{RoleUser, ""}, {RoleTool, ToolStarted}, {RoleTool, ToolCompleted}, {RoleAgent, ""}}
+	want := []struct{ role, status string }{{engine.RoleUser, ""}, {engine.RoleTool, engine.ToolStarted}, {engine.RoleTool, engine.ToolCompleted}, {engine.RoleAgent, ""}}
 	if len(got) != len(want) {
 		t.Fatalf("entries %s", dumpEntries(got))
 	}
@@ -196,33 +220,26 @@ func TestOpenAICancelClosesRequest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
 	defer cancel()
 	conn := newOAIConn()
-	h, err := reg.Create(ctx, CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
+	h, err := reg.Create(ctx, actor.CreateRequest{SessionID: "s1", UserID: "u", Conn: conn})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Send(ctx, "m1", "think hard", nil); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, "the model streaming", streaming)
+	wait(t, "the model streaming", streaming)
 	conn.waitEntries(t, 1)
-	// The part may still be on its way to the actor: cancel once the
-	// session shows it (the reply's entry then holds it).
-	eventually(t, "the part reaches the session", func() bool {
-		var ok bool
-		reg.mu.Lock()
-		a := reg.actors["s1"]
-		reg.mu.Unlock()
-		_ = a.query(ctx, func(a *actor) { ok = a.s.reply != nil })
-		return ok
-	})
+	// Cancel once the part has reached the session (its delta went out):
+	// the reply's entry then holds it.
+	wait(t, "the part reaches the session", conn.delta)
 	if err := h.Cancel(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := conn.waitEntries(t, 2)
-	if got[1].Role != RoleAgent || got[1].Content != "Let me think " || got[1].Metadata["cancelled"] != true {
+	if got[1].Role != engine.RoleAgent || got[1].Content != "Let me think " || got[1].Metadata["cancelled"] != true {
 		t.Fatalf("entries %s", dumpEntries(got))
 	}
-	recv(t, "the model request closed", closed)
+	wait(t, "the model request closed", closed)
 	if err := h.Send(ctx, "m2", "then answer", nil); err != nil {
 		t.Fatal(err)
 	}

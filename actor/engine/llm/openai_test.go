@@ -1,4 +1,4 @@
-package actor
+package llm
 
 import (
 	"context"
@@ -13,17 +13,18 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/wal"
 )
 
 // oaiWait bounds every wait in these tests; nothing waits on time.
 const oaiWait = 20 * time.Second
 
-func userTurn(content string) TurnInput {
-	return TurnInput{SessionID: "s1", User: wal.Entry{Seq: 1, Role: RoleUser, Content: content}}
+func userTurn(content string) engine.TurnInput {
+	return engine.TurnInput{SessionID: "s1", User: wal.Entry{Seq: 1, Role: engine.RoleUser, Content: content}}
 }
 
-func streamIn(t *testing.T, e *OpenAI, in TurnInput) (Action, []string, error) {
+func streamIn(t *testing.T, e *Engine, in engine.TurnInput) (engine.Action, []string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), oaiWait)
 	defer cancel()
@@ -126,7 +127,7 @@ func TestOpenAIToolCallRoundTrip(t *testing.T) {
 	}
 	md := func(status string) map[string]any {
 		m := map[string]any{"call_id": "call-2", "name": "search", "status": status, "reply_to": uint64(1)}
-		if status == ToolStarted {
+		if status == engine.ToolStarted {
 			m["args"] = act.Call.Args
 		} else {
 			m["result"] = result
@@ -134,8 +135,8 @@ func TestOpenAIToolCallRoundTrip(t *testing.T) {
 		return m
 	}
 	in.Steps = []wal.Entry{
-		{Seq: 2, Role: RoleTool, Metadata: md(ToolStarted)},
-		{Seq: 3, Role: RoleTool, Content: result, Metadata: md(ToolCompleted)},
+		{Seq: 2, Role: engine.RoleTool, Metadata: md(engine.ToolStarted)},
+		{Seq: 3, Role: engine.RoleTool, Content: result, Metadata: md(engine.ToolCompleted)},
 	}
 	act, parts, err = streamIn(t, e, in)
 	if err != nil {
@@ -169,7 +170,7 @@ func TestOpenAIToolCallRoundTrip(t *testing.T) {
 	}
 
 	// A failed call is sent as such.
-	in.Steps[1].Metadata = map[string]any{"call_id": "call-2", "name": "search", "status": ToolFailed, "result": "interrupted"}
+	in.Steps[1].Metadata = map[string]any{"call_id": "call-2", "name": "search", "status": engine.ToolFailed, "result": "interrupted"}
 	in.Steps[1].Content = "interrupted"
 	if _, _, err := streamIn(t, e, in); err != nil {
 		t.Fatalf("step 2 after a failure: %v", err)
@@ -232,7 +233,7 @@ func TestOpenAIServerErrorAfterRetries(t *testing.T) {
 	f := newFakeModel(t, func(w http.ResponseWriter, _ *http.Request, _ int, _ fakeRequest) {
 		apiError(w, http.StatusInternalServerError, "model crashed")
 	})
-	e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.MaxRetries, c.MaxRetryDelay = 2, 20*time.Millisecond })
+	e := newTestOpenAI(t, f, nil, func(c *Config) { c.MaxRetries, c.MaxRetryDelay = 2, 20*time.Millisecond })
 	act, parts, err := streamIn(t, e, userTurn("hi"))
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 500 {
@@ -302,7 +303,7 @@ func TestOpenAITimeout(t *testing.T) {
 		leakCheck(t)
 		var f *fakeModel
 		f = newFakeModel(t, func(_ http.ResponseWriter, r *http.Request, _ int, _ fakeRequest) { f.hang(r) })
-		e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Timeout = 300 * time.Millisecond })
+		e := newTestOpenAI(t, f, nil, func(c *Config) { c.Timeout = 300 * time.Millisecond })
 		_, _, err := streamIn(t, e, userTurn("hi"))
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not finish within 300ms") {
 			t.Fatalf("err %v", err)
@@ -317,7 +318,7 @@ func TestOpenAITimeout(t *testing.T) {
 			f.hang(r)
 		})
 		// Long enough for the first chunk to arrive on a loaded machine.
-		e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Timeout = 2 * time.Second })
+		e := newTestOpenAI(t, f, nil, func(c *Config) { c.Timeout = 2 * time.Second })
 		act, parts, err := streamIn(t, e, userTurn("hi"))
 		if !errors.Is(err, context.DeadlineExceeded) || act.Reply != "" || !slices.Equal(parts, []string{"Thinking"}) {
 			t.Fatalf("action %+v parts %q err %v", act, parts, err)
@@ -414,7 +415,7 @@ func TestOpenAIKeyNeverLeaks(t *testing.T) {
 			sseSend(w, `{"error":{"message":"stream failed for `+testAPIKey+`"}}`)
 		}
 	})
-	e := newTestOpenAI(t, f, debugLogger(&logs), func(c *OpenAIConfig) { c.MaxRetries = -1 })
+	e := newTestOpenAI(t, f, debugLogger(&logs), func(c *Config) { c.MaxRetries = -1 })
 	var errs []error
 	for range 3 {
 		_, _, err := streamIn(t, e, userTurn("hi"))
@@ -444,27 +445,27 @@ func TestOpenAIKeyNeverLeaks(t *testing.T) {
 }
 
 func TestOpenAIConfigChecks(t *testing.T) {
-	ok := OpenAIConfig{BaseURL: "http://127.0.0.1:11434/v1", Model: "m"}
-	for name, mod := range map[string]func(*OpenAIConfig){
-		"no model":         func(c *OpenAIConfig) { c.Model = "" },
-		"no base url":      func(c *OpenAIConfig) { c.BaseURL = "" },
-		"not http":         func(c *OpenAIConfig) { c.BaseURL = "127.0.0.1:11434" },
-		"bad tool name":    func(c *OpenAIConfig) { c.Tools = []OpenAITool{{Tool: Tool{Name: "a b", Run: fakeRun}}} },
-		"tool without run": func(c *OpenAIConfig) { c.Tools = []OpenAITool{{Tool: Tool{Name: "x"}}} },
-		"duplicate tool": func(c *OpenAIConfig) {
-			c.Tools = []OpenAITool{{Tool: Tool{Name: "x", Run: fakeRun}}, {Tool: Tool{Name: "x", Run: fakeRun}}}
+	ok := Config{BaseURL: "http://127.0.0.1:11434/v1", Model: "m"}
+	for name, mod := range map[string]func(*Config){
+		"no model":         func(c *Config) { c.Model = "" },
+		"no base url":      func(c *Config) { c.BaseURL = "" },
+		"not http":         func(c *Config) { c.BaseURL = "127.0.0.1:11434" },
+		"bad tool name":    func(c *Config) { c.Tools = []Tool{{Tool: engine.Tool{Name: "a b", Run: fakeRun}}} },
+		"tool without run": func(c *Config) { c.Tools = []Tool{{Tool: engine.Tool{Name: "x"}}} },
+		"duplicate tool": func(c *Config) {
+			c.Tools = []Tool{{Tool: engine.Tool{Name: "x", Run: fakeRun}}, {Tool: engine.Tool{Name: "x", Run: fakeRun}}}
 		},
 	} {
 		c := ok
 		mod(&c)
-		if e, err := NewOpenAI(c); err == nil {
+		if e, err := New(c); err == nil {
 			e.Close()
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	c := ok
-	c.Tools = []OpenAITool{}
-	e, err := NewOpenAI(c)
+	c.Tools = []Tool{}
+	e, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +485,7 @@ func fakeRun(context.Context, map[string]any, func(string)) (string, error) { re
 func TestOpenAINoTools(t *testing.T) {
 	leakCheck(t)
 	f := newFakeModel(t, func(w http.ResponseWriter, _ *http.Request, _ int, _ fakeRequest) { streamText(w, "plain") })
-	e := newTestOpenAI(t, f, nil, func(c *OpenAIConfig) { c.Tools = []OpenAITool{} })
+	e := newTestOpenAI(t, f, nil, func(c *Config) { c.Tools = []Tool{} })
 	if act, _, err := streamIn(t, e, userTurn("hi")); err != nil || act.Reply != "plain" {
 		t.Fatalf("%+v %v", act, err)
 	}
