@@ -73,8 +73,8 @@ bench-micro:
 
 ## fuzz: a short run of each fuzz target
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./wal/
-	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./wal/record/
+	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzClientFrame -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOnceMatches -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFlatMatches -fuzztime 30s ./gateway/

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -28,7 +29,7 @@ func (r *Registry) activate(ctx context.Context, a *actor) error {
 	}
 	a.s, a.epoch = s, d.Header.Epoch
 	r.activations.Add(1)
-	a.post(evStart{})
+	a.post(machine.Start{})
 	return nil
 }
 
@@ -37,37 +38,36 @@ func (r *Registry) activate(ctx context.Context, a *actor) error {
 // more than those, the filter of its older send ids. A state or context
 // that cannot be read is reported and started afresh (and rewritten by the
 // next append), so bad stored data never makes a session unreachable.
-func (r *Registry) load(d wal.SessionData) (*Session, error) {
+func (r *Registry) load(d wal.SessionData) (*machine.Machine, error) {
 	sid := d.Header.SessionID
-	st, err := decodeState(d.Header.State)
-	stateBad := err != nil
-	if stateBad {
-		r.corrupt(sid, "state", err)
-		st = state{}
-	}
-	cx, err := decodeContexts(d.Context)
-	contextBad := err != nil
-	if contextBad {
-		r.corrupt(sid, "context", err)
-		cx = contexts{}
-	}
 	newest, err := r.cfg.Journal.Read(sid, 1, d.Header.LastSeq+1, r.cfg.TailEntries, true)
 	if err != nil {
 		return nil, err
 	}
-	s := newSession(r.sessionConfig(), d, st, cx, newest, r.clock.Now())
-	s.stateDirty, s.contextDirty = stateBad, contextBad
-	if first := s.tail.first(); d.Header.LastSeq > 0 && first > 1 {
+	rs := machine.Restore{Data: d, Newest: newest}
+	if len(newest) > 0 && newest[0].Seq > 1 {
 		err := r.cfg.Journal.ScanSends(sid, func(id string, seq uint64) {
-			if seq < first {
-				s.sends.addOlder(id)
+			if seq < newest[0].Seq {
+				rs.OlderSends = append(rs.OlderSends, id)
 			}
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
+	s, dmg := machine.New(r.sessionConfig(), rs, r.clock.Now())
+	r.damaged(sid, dmg)
 	return s, nil
+}
+
+// damaged reports the stored data of sid that could not be decoded.
+func (r *Registry) damaged(sid string, d machine.Damage) {
+	if d.State != nil {
+		r.corrupt(sid, "state", d.State)
+	}
+	if d.Context != nil {
+		r.corrupt(sid, "context", d.Context)
+	}
 }
 
 func (r *Registry) corrupt(sid, what string, err error) {
@@ -102,10 +102,9 @@ func (r *Registry) interruptLater(sid string) {
 		if d.Header.Status != wal.StatusActive {
 			return
 		}
-		s := newSession(r.sessionConfig(), d, state{}, contexts{}, nil, r.clock.Now())
-		s.markInterrupted(r.clock.Now())
-		b := &wal.Batch{SessionID: sid, Epoch: d.Header.Epoch, Header: s.hdr}
-		if err := appendSync(ctx, r.cfg.Journal, b); err != nil {
+		s, _ := machine.New(r.sessionConfig(), machine.Restore{Data: d}, r.clock.Now())
+		now := r.clock.Now()
+		if err := r.stepSync(ctx, s, d.Header.Epoch, machine.Recover{Boot: now, LastAlive: now}); err != nil {
 			r.log.Error("interrupt failed session", "session", sid, "err", err)
 		}
 	}()
@@ -128,7 +127,7 @@ type Snapshot struct {
 	Status       wal.Status
 	Context      map[string]any
 	AgentContext map[string]any
-	Pending      *ToolCall
+	Pending      *machine.ToolCall
 	// Messages are the newest ReplayLimit entries (at most MaxBatchBytes).
 	Messages []wal.Entry
 }
@@ -151,7 +150,7 @@ func (r *Registry) Snapshot(ctx context.Context, sid, user string, authTime time
 		return Snapshot{}, ErrNotFound
 	}
 	now := r.clock.Now()
-	if err := MayReveal(h, authTime, now, r.cfg.ReauthMaxAge); err != nil {
+	if err := machine.MayReveal(h, authTime, now, r.cfg.ReauthMaxAge); err != nil {
 		return Snapshot{}, err
 	}
 	snap, ok, err := r.snapshotActive(ctx, sid)
@@ -161,7 +160,7 @@ func (r *Registry) Snapshot(ctx context.Context, sid, user string, authTime time
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if err := MayReveal(snap.Header, authTime, now, r.cfg.ReauthMaxAge); err != nil {
+	if err := machine.MayReveal(snap.Header, authTime, now, r.cfg.ReauthMaxAge); err != nil {
 		return Snapshot{}, err
 	}
 	snap.Status = snap.Header.Status

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -26,22 +27,22 @@ type actor struct {
 	startErr error
 
 	mu       sync.Mutex
-	queue    []Event // the mailbox
-	running  bool    // a goroutine is draining the mailbox
-	stopped  bool    // the actor is gone: posts are refused
+	queue    []machine.Event // the mailbox
+	running  bool            // a goroutine is draining the mailbox
+	stopped  bool            // the actor is gone: posts are refused
 	notFull  chan struct{}
 	done     chan struct{} // closed when the actor is gone
 	deadline atomic.Int64  // unix nanos of s.Deadline(), 0 for none
 
 	// Owned by the goroutine draining the mailbox.
-	s          *Session
+	s          *machine.Machine
 	epoch      uint64
 	inflight   int  // appends handed to the journal, not yet answered
-	stopping   bool // effStop ran: finish once nothing is in flight
+	stopping   bool // a Stop ran: finish once nothing is in flight
 	turnCancel context.CancelFunc
 	turns      sync.WaitGroup
 	first      []wal.Entry // the session's first entry, once read (summaries)
-	flushTimer Timer       // the pending evFlush of a streamed reply
+	flushTimer Timer       // the pending Flush of a streamed reply
 }
 
 func newActor(r *Registry, sid string) *actor {
@@ -53,7 +54,7 @@ func (a *actor) ready() <-chan struct{} { return a.readyCh }
 // post queues an event from inside the node (the journal, the actor's
 // own turn goroutines, the registry). It never blocks, so the journal's
 // committer can call it; it reports false when the actor is gone.
-func (a *actor) post(ev Event) bool {
+func (a *actor) post(ev machine.Event) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped {
@@ -64,9 +65,25 @@ func (a *actor) post(ev Event) bool {
 	return true
 }
 
+// postFront puts ev at the head of the mailbox: the answer to an effect
+// the actor's goroutine is carrying out (a send id looked up, an append
+// the journal refused at once), which the machine must take before any
+// other event, as if the effect had answered at once. Called only from
+// the goroutine draining the mailbox, so the actor is running.
+func (a *actor) postFront(ev machine.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
+	a.queue = append(a.queue, nil)
+	copy(a.queue[1:], a.queue)
+	a.queue[0] = ev
+}
+
 // postWait queues an event from a client, waiting while the mailbox holds
 // MailboxSize events: a client that floods its session is slowed down.
-func (a *actor) postWait(ctx context.Context, ev Event) error {
+func (a *actor) postWait(ctx context.Context, ev machine.Event) error {
 	for {
 		a.mu.Lock()
 		if a.stopped {
@@ -156,14 +173,9 @@ func (a *actor) drainSome(n int) {
 	}
 }
 
-func (a *actor) handle(ev Event) {
-	switch e := ev.(type) {
-	case evAppended:
+func (a *actor) handle(ev machine.Event) {
+	if _, ok := ev.(machine.Appended); ok {
 		a.inflight--
-	case evQuery:
-		e.fn(a)
-		close(e.done)
-		return
 	}
 	a.run(a.s.Step(a.reg.clock.Now(), ev))
 	if d := a.s.Deadline(); d.IsZero() {
@@ -173,107 +185,99 @@ func (a *actor) handle(ev Event) {
 	}
 }
 
-// run carries out effects in order.
-func (a *actor) run(effs []Effect) {
+// run carries out effects in order. What an effect learns comes back as
+// an event through the mailbox, never by stepping the machine from here.
+func (a *actor) run(effs []machine.Effect) {
 	for _, e := range effs {
 		switch e := e.(type) {
-		case effAppend:
+		case machine.Append:
 			a.appendAsync(e)
-		case effDeliver:
-			if e.conn != nil {
-				e.conn.Deliver(e.out)
+		case machine.Deliver:
+			if e.Conn != nil {
+				e.Conn.Deliver(e.Out)
 			}
-		case effClose:
-			if e.conn != nil {
-				e.conn.Close(e.why, e.msg)
+		case machine.CloseConn:
+			if e.Conn != nil {
+				e.Conn.Close(e.Why, e.Msg)
 			}
-		case effReplay:
+		case machine.Replay:
 			a.replay(e)
-		case effHistory:
+		case machine.History:
 			a.history(e)
-		case effLookupSend:
-			a.lookupSend(e.send)
-		case effStep:
-			a.startStep(e.userSeq, e.step)
-		case effFlushAfter:
+		case machine.LookupSend:
+			a.lookupSend(e.Send)
+		case machine.RunStep:
+			a.startStep(e)
+		case machine.FlushAfter:
 			if a.flushTimer != nil {
 				a.flushTimer.Stop()
 			}
-			a.flushTimer = a.reg.clock.AfterFunc(e.d, func() { a.post(evFlush{}) })
-		case effRunTool:
-			a.runTool(e.call)
-		case effCancelTurn:
+			a.flushTimer = a.reg.clock.AfterFunc(e.After, func() { a.post(machine.Flush{}) })
+		case machine.RunTool:
+			a.runTool(e)
+		case machine.CancelTurn:
 			a.cancelTurn()
-		case effOpened:
-			if e.reply != nil {
-				e.reply <- e.res // buffered
+		case machine.Answer:
+			if e.Reply != nil {
+				e.Reply <- e.Result // buffered
 			}
-		case effStatus:
-			a.reg.ended(e.userID)
-		case effFail:
-			a.fail(e.err)
-		case effStop:
+		case machine.Report:
+			e.Reply <- e.View // buffered
+		case machine.Ended:
+			a.reg.ended(e.UserID)
+		case machine.Fail:
+			a.fail(e)
+		case machine.Stop:
 			a.stopping = true
 		default:
-			a.fail(fmt.Errorf("actor: unknown effect %T", e))
+			// A bug (TestEveryEventAndEffectHandled guards against it):
+			// the session shuts down rather than run without the effect.
+			a.reg.log.Error("unknown effect; stopping the session", "session", a.sid, "effect", fmt.Sprintf("%T", e))
+			a.postFront(machine.Shutdown{})
 		}
 	}
 }
 
-func (a *actor) appendAsync(e effAppend) {
-	e.batch.Epoch = a.epoch
-	id := e.id
-	err := a.reg.cfg.Journal.AppendAsync(a.reg.ctx, e.batch, func(err error) {
-		a.post(evAppended{id: id, err: err})
+func (a *actor) appendAsync(e machine.Append) {
+	e.Batch.Epoch = a.epoch
+	id := e.ID
+	err := a.reg.cfg.Journal.AppendAsync(a.reg.ctx, e.Batch, func(err error) {
+		a.post(machine.Appended{ID: id, Err: err})
 	})
 	if err != nil {
 		// Not queued (shutting down): nothing of it is durable, so
 		// nothing after it may be shown.
-		a.run(a.s.Step(a.reg.clock.Now(), evAppended{id: id, err: err}))
+		a.inflight++ // answered by the Appended below, as if queued
+		a.postFront(machine.Appended{ID: id, Err: err})
 		return
 	}
 	a.inflight++
 }
 
-func (a *actor) lookupSend(send evSend) {
-	seq, found, err := a.reg.cfg.Journal.SendSeq(a.sid, send.id)
+func (a *actor) lookupSend(send machine.Send) {
+	seq, found, err := a.reg.cfg.Journal.SendSeq(a.sid, send.ID)
 	if err != nil {
 		a.reg.log.Warn("look up send id", "session", a.sid, "err", err)
 		found = false // an unreadable record cannot be a duplicate we can prove
 	}
-	a.run(a.s.Step(a.reg.clock.Now(), evSendChecked{send: send, seq: seq, found: found}))
+	a.postFront(machine.SendChecked{Send: send, Seq: seq, Found: found})
 }
 
-// fail stops the actor: its in-memory state may be ahead of the log, so it
-// is dropped and rebuilt from the log by the next activation. A client
-// still attached is told and closed, and the session is marked
-// interrupted once the actor is gone.
-func (a *actor) fail(err error) {
-	if errors.Is(err, wal.ErrStaleEpoch) || errors.Is(err, wal.ErrNotClaimed) {
-		// Another node owns the session now (it fenced this one): step
-		// down, and send the client there.
-		a.reg.log.Warn("session owned elsewhere; stepping down", "session", a.sid, "err", err)
-		for _, c := range a.s.DropConns() {
-			c.Close(CloseShutdown, "the session moved to another node; reconnect")
-		}
-		a.stopping = true
-		return
+// fail stops the actor after a storage failure the machine reported (it
+// has closed its clients already): its memory may be ahead of the log, so
+// it is dropped and rebuilt from the log by the next activation. A
+// session whose client was attached is marked interrupted once the actor
+// is gone.
+func (a *actor) fail(e machine.Fail) {
+	switch {
+	case e.Moved:
+		a.reg.log.Warn("session owned elsewhere; stepping down", "session", a.sid, "err", e.Err)
+	case errors.Is(e.Err, machine.ErrUnavailable):
+		a.reg.log.Warn("session unavailable; stepping down", "session", a.sid, "err", e.Err)
+	default:
+		a.reg.log.Error("session actor failed", "session", a.sid, "err", e.Err)
 	}
-	// The client is told why and closed, and the session is marked
-	// interrupted once the actor is gone: unavailable (retry, 1013) when
-	// the journal cannot reach the replicas, internal (1011) otherwise.
-	code, msg, reason, text := CodeInternal, "session storage failed; reconnect to resume", CloseInternal, "internal error"
-	if errors.Is(err, ErrUnavailable) {
-		code, msg, reason, text = CodeUnavailable, "the session cannot be stored on its replicas now; retry", CloseUnavailable, "try again later"
-		a.reg.log.Warn("session unavailable; stepping down", "session", a.sid, "err", err)
-	} else {
-		a.reg.log.Error("session actor failed", "session", a.sid, "err", err)
-	}
-	if conns := a.s.DropConns(); len(conns) > 0 {
-		for _, c := range conns {
-			c.Deliver(&ErrorOut{Code: code, Message: msg})
-			c.Close(reason, text)
-		}
+	if e.Interrupt {
 		a.reg.interruptLater(a.sid)
 	}
 	a.stopping = true

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -65,8 +66,8 @@ func TestCallRunnerRunsCalls(t *testing.T) {
 	h := e.create("s", "alice", c)
 	started := sendToTool(t, h, c, eng.g, "q", "a secret search")
 	eng.g.results <- "found"
-	done := expect[*EntryOut](t, c).Entry
-	reply := expect[*EntryOut](t, c).Entry
+	done := expect[*machine.EntryOut](t, c).Entry
+	reply := expect[*machine.EntryOut](t, c).Entry
 	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
@@ -119,7 +120,7 @@ func TestCallRunnerRestart(t *testing.T) {
 				return
 			}
 			es = waitTurnDone(t, e, "s", 4)
-			if mdString(es[2], "status") != engine.ToolFailed || es[2].Content != interrupted {
+			if mdString(es[2], "status") != engine.ToolFailed || es[2].Content != engine.ResultInterrupted {
 				t.Fatalf("entry 3 = %+v", es[2])
 			}
 			if n := eng2.g.runs.Load(); n != 0 {

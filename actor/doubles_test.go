@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -29,8 +30,8 @@ import (
 type recConn struct {
 	name   string
 	mu     sync.Mutex
-	outs   []Out
-	closes []CloseReason
+	outs   []machine.Out
+	closes []machine.CloseReason
 	read   int // outs consumed by next
 	notify chan struct{}
 }
@@ -39,14 +40,14 @@ func newRecConn(name string) *recConn {
 	return &recConn{name: name, notify: make(chan struct{}, 1)}
 }
 
-func (c *recConn) Deliver(o Out) {
+func (c *recConn) Deliver(o machine.Out) {
 	c.mu.Lock()
 	c.outs = append(c.outs, o)
 	c.mu.Unlock()
 	c.poke()
 }
 
-func (c *recConn) Close(why CloseReason, _ string) {
+func (c *recConn) Close(why machine.CloseReason, _ string) {
 	c.mu.Lock()
 	c.closes = append(c.closes, why)
 	c.mu.Unlock()
@@ -85,7 +86,7 @@ func (c *recConn) waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // next returns the next frame not consumed yet, waiting for it.
-func (c *recConn) next(t *testing.T) Out {
+func (c *recConn) next(t *testing.T) machine.Out {
 	t.Helper()
 	c.waitUntil(t, "a frame", func() bool { return len(c.outs) > c.read })
 	c.mu.Lock()
@@ -95,37 +96,37 @@ func (c *recConn) next(t *testing.T) Out {
 	return o
 }
 
-func (c *recConn) unread() []Out {
+func (c *recConn) unread() []machine.Out {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.outs[c.read:])
 }
 
-func (c *recConn) all() []Out {
+func (c *recConn) all() []machine.Out {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.outs)
 }
 
-func (c *recConn) closeReasons() []CloseReason {
+func (c *recConn) closeReasons() []machine.CloseReason {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.closes)
 }
 
-func (c *recConn) waitClosed(t *testing.T, why CloseReason) {
+func (c *recConn) waitClosed(t *testing.T, why machine.CloseReason) {
 	t.Helper()
 	c.waitUntil(t, fmt.Sprintf("close %d", why), func() bool { return slices.Contains(c.closes, why) })
 }
 
 // expect returns the next frame, which must be a T.
-func expect[T Out](t *testing.T, c *recConn) T {
+func expect[T machine.Out](t *testing.T, c *recConn) T {
 	t.Helper()
 	o := c.next(t)
 	v, ok := o.(T)
 	if !ok {
 		var z T
-		t.Fatalf("%s: got %s, want %T", c.name, dumpOuts([]Out{o}), z)
+		t.Fatalf("%s: got %s, want %T", c.name, dumpOuts([]machine.Out{o}), z)
 	}
 	return v
 }
@@ -148,7 +149,7 @@ func newStallConn(name string) *stallConn {
 	return c
 }
 
-func (c *stallConn) Deliver(o Out) {
+func (c *stallConn) Deliver(o machine.Out) {
 	if c.armed.Load() {
 		c.once.Do(func() { close(c.stalled) })
 		<-c.gate

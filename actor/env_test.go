@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -134,15 +135,15 @@ func (e *env) create(sid, user string, c *recConn) *Handle {
 	if len(c.unread()) == 0 {
 		e.t.Fatal("Create returned before the session frame was delivered")
 	}
-	so := expect[*SessionOut](e.t, c)
-	if h.Reason != ReasonNew || so.Reason != ReasonNew || so.SessionID != sid || h.SessionID != sid || so.Resumed {
+	so := expect[*machine.SessionOut](e.t, c)
+	if h.Reason != machine.ReasonNew || so.Reason != machine.ReasonNew || so.SessionID != sid || h.SessionID != sid || so.Resumed {
 		e.t.Fatalf("new session: handle %+v, frame %+v", h, so)
 	}
 	return h
 }
 
 // resume resumes sid and returns the session frame and the replay.
-func (e *env) resume(sid, user string, last uint64, c *recConn) (*Handle, *SessionOut, *BatchOut) {
+func (e *env) resume(sid, user string, last uint64, c *recConn) (*Handle, *machine.SessionOut, *machine.BatchOut) {
 	e.t.Helper()
 	h, err := e.reg.Resume(e.t.Context(), ResumeRequest{SessionID: sid, UserID: user, LastSeq: last, AuthTime: e.clock.Now(), Conn: c})
 	if err != nil {
@@ -152,11 +153,11 @@ func (e *env) resume(sid, user string, last uint64, c *recConn) (*Handle, *Sessi
 	if n := len(c.unread()); n < 2 {
 		e.t.Fatalf("Resume returned with %d frames delivered: %s", n, dumpOuts(c.unread()))
 	}
-	so := expect[*SessionOut](e.t, c)
-	if h.Reason != ReasonResumed || !so.Resumed || so.Reason != ReasonResumed || so.SessionID != sid {
+	so := expect[*machine.SessionOut](e.t, c)
+	if h.Reason != machine.ReasonResumed || !so.Resumed || so.Reason != machine.ReasonResumed || so.SessionID != sid {
 		e.t.Fatalf("resume: handle %+v, frame %+v", h, so)
 	}
-	return h, so, expect[*BatchOut](e.t, c)
+	return h, so, expect[*machine.BatchOut](e.t, c)
 }
 
 // resumeErr tries to resume and returns why it failed.
@@ -174,8 +175,8 @@ func (e *env) resumeErr(sid, user string, last uint64) error {
 }
 
 func notResumedReason(err error) string {
-	var nr *NotResumedError
-	if errors.As(err, &nr) && errors.Is(err, ErrNotResumed) {
+	var nr *machine.NotResumedError
+	if errors.As(err, &nr) && errors.Is(err, machine.ErrNotResumed) {
 		return nr.Reason
 	}
 	return ""
@@ -188,9 +189,9 @@ func chat(t *testing.T, h *Handle, c *recConn, id, text string) uint64 {
 	if err := h.Send(t.Context(), id, text, nil); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
-	ack := expect[*AckOut](t, c)
-	user := expect[*EntryOut](t, c).Entry
-	reply := expect[*EntryOut](t, c).Entry
+	ack := expect[*machine.AckOut](t, c)
+	user := expect[*machine.EntryOut](t, c).Entry
+	reply := expect[*machine.EntryOut](t, c).Entry
 	if ack.ID != id || user.Seq != ack.Seq || user.Role != engine.RoleUser || user.Content != text || mdString(user, "id") != id {
 		t.Fatalf("send %s: ack %+v, entry %+v", id, ack, user)
 	}
@@ -215,7 +216,9 @@ func (e *env) actorOf(sid string) *actor {
 	return e.reg.actors[sid]
 }
 
-// inspect runs fn on sid's actor goroutine; false when it is not active.
+// inspect runs fn while it holds sid's actor as its drain would (no
+// other goroutine steps the machine meanwhile); false when the actor is
+// not active.
 func (e *env) inspect(sid string, fn func(a *actor)) bool {
 	e.t.Helper()
 	a := e.actorOf(sid)
@@ -227,13 +230,31 @@ func (e *env) inspect(sid string, fn func(a *actor)) bool {
 	case <-time.After(waitTimeout):
 		e.t.Fatal("activation never finished")
 	}
-	err := a.query(e.t.Context(), fn)
-	if errors.Is(err, ErrGone) {
-		return false
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		a.mu.Lock()
+		if a.stopped || a.startErr != nil {
+			a.mu.Unlock()
+			return false
+		}
+		if !a.running {
+			a.running = true
+			a.mu.Unlock()
+			break
+		}
+		a.mu.Unlock()
+		if time.Now().After(deadline) {
+			e.t.Fatal("the actor never stopped draining")
+		}
+		time.Sleep(time.Millisecond)
 	}
-	if err != nil {
-		e.t.Fatal(err)
+	fn(a)
+	a.mu.Lock()
+	a.running = false
+	if len(a.queue) > 0 {
+		a.wake()
 	}
+	a.mu.Unlock()
 	return true
 }
 
@@ -243,7 +264,7 @@ func (e *env) settle(sid string) {
 	e.t.Helper()
 	eventually(e.t, sid+" settles", func() bool {
 		idle := true
-		e.inspect(sid, func(a *actor) { idle = a.s.idle() && a.inflight == 0 })
+		e.inspect(sid, func(a *actor) { idle = a.s.Idle() && a.inflight == 0 })
 		return idle
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -25,10 +26,10 @@ func TestAppendFailureInterruptsSession(t *testing.T) {
 			if err := h.Send(t.Context(), "m2", "lost to the disk", nil); err != nil {
 				t.Fatal(err)
 			}
-			if eo := expect[*ErrorOut](t, c); eo.Code != CodeInternal {
+			if eo := expect[*machine.ErrorOut](t, c); eo.Code != machine.CodeInternal {
 				t.Fatalf("error = %+v, want internal", eo)
 			}
-			c.waitClosed(t, CloseInternal)
+			c.waitClosed(t, machine.CloseInternal)
 			if rest := c.unread(); len(rest) != 0 {
 				t.Fatalf("the failed send showed %s", dumpOuts(rest))
 			}
@@ -57,7 +58,7 @@ func TestMailboxBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect[*SessionOut](t, c.recConn)
+	expect[*machine.SessionOut](t, c.recConn)
 	c.armed.Store(true)
 	if err := h.Send(t.Context(), "m1", "x", nil); err != nil {
 		t.Fatal(err)
@@ -87,7 +88,7 @@ func TestMailboxBackpressure(t *testing.T) {
 	if err := recv(t, "the cancelled send", cancelled); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Send: %v", err)
 	}
-	if !a.post(evTick{}) { // the node's own posts are never held up
+	if !a.post(machine.Tick{}) { // the node's own posts are never held up
 		t.Fatal("post refused")
 	}
 	// A sender waiting for room gets in once the actor drains.
@@ -101,7 +102,7 @@ func TestMailboxBackpressure(t *testing.T) {
 	c.waitUntil(t, "four acks", func() bool {
 		acks = acks[:0]
 		for _, o := range c.outs {
-			if ack, ok := o.(*AckOut); ok {
+			if ack, ok := o.(*machine.AckOut); ok {
 				acks = append(acks, ack.ID)
 			}
 		}
@@ -176,7 +177,7 @@ func TestCloseDuringActivation(t *testing.T) {
 	switch {
 	case res.err == nil:
 		// It attached before the shutdown: the shutdown closed it.
-		c2.waitClosed(t, CloseShutdown)
+		c2.waitClosed(t, machine.CloseShutdown)
 	case errors.Is(res.err, ErrGone) || errors.Is(res.err, ErrClosed):
 	default:
 		t.Fatalf("Resume: %v", res.err)
@@ -214,7 +215,7 @@ func TestFailedActivationDuringClose(t *testing.T) {
 		return e.reg.closed
 	})
 	release()
-	if got := notResumedReason(recv(t, "Resume", resumed)); got != ReasonNotFound {
+	if got := notResumedReason(recv(t, "Resume", resumed)); got != machine.ReasonNotFound {
 		t.Fatalf("resume of a session deleted under it: %q", got)
 	}
 	if err := recv(t, "Close", closed); err != nil {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -22,7 +23,7 @@ func TestEvict(t *testing.T) {
 	if err := e.reg.Evict(t.Context(), "s"); err != nil {
 		t.Fatal(err)
 	}
-	c.waitClosed(t, CloseShutdown)
+	c.waitClosed(t, machine.CloseShutdown)
 	if e.actorOf("s") != nil || len(e.reg.ActiveIDs()) != 0 {
 		t.Fatal("the evicted actor is still in memory")
 	}
@@ -57,7 +58,7 @@ func TestFencedActorStepsDown(t *testing.T) {
 	if err := h.Send(t.Context(), "m2", "too late", nil); err != nil {
 		t.Fatal(err)
 	}
-	c.waitClosed(t, CloseShutdown)
+	c.waitClosed(t, machine.CloseShutdown)
 	eventually(t, "the actor steps down", func() bool { return e.actorOf("s") == nil })
 	if rest := c.unread(); len(rest) != 0 {
 		t.Fatalf("the fenced actor showed %s", dumpOuts(rest))

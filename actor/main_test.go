@@ -3,12 +3,12 @@ package actor
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -49,59 +49,6 @@ func recv[T any](t *testing.T, what string, ch <-chan T) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
-}
-
-// ---- effects ----
-
-func effTypes(effs []Effect) []string {
-	out := make([]string, len(effs))
-	for i, e := range effs {
-		out[i] = fmt.Sprintf("%T", e)
-	}
-	return out
-}
-
-// wantTypes checks that effs are exactly the given effect types, in order.
-func wantTypes(t *testing.T, what string, effs []Effect, want ...Effect) {
-	t.Helper()
-	w := make([]string, len(want))
-	for i, e := range want {
-		w[i] = fmt.Sprintf("%T", e)
-	}
-	if got := effTypes(effs); !slices.Equal(got, w) {
-		t.Fatalf("%s: effects %v, want %v\n%+v", what, got, w, effs)
-	}
-}
-
-// only returns the effects of type T, in order.
-func only[T any](effs []Effect) []T {
-	var out []T
-	for _, e := range effs {
-		if v, ok := e.(T); ok {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// one returns the single effect of type T.
-func one[T any](t *testing.T, effs []Effect) T {
-	t.Helper()
-	got := only[T](effs)
-	if len(got) != 1 {
-		var z T
-		t.Fatalf("want exactly one %T, got %d in %v", z, len(got), effTypes(effs))
-	}
-	return got[0]
-}
-
-// outs returns what effs deliver, in order.
-func outs(effs []Effect) []Out {
-	var out []Out
-	for _, d := range only[effDeliver](effs) {
-		out = append(out, d.out)
-	}
-	return out
 }
 
 // ---- entries ----
@@ -152,16 +99,16 @@ func asUint(v any) uint64 {
 	return 0
 }
 
-func dumpOuts(os []Out) string {
+func dumpOuts(os []machine.Out) string {
 	s := "["
 	for i, o := range os {
 		if i > 0 {
 			s += ", "
 		}
 		switch o := o.(type) {
-		case *EntryOut:
+		case *machine.EntryOut:
 			s += fmt.Sprintf("entry{%d %s %q %v}", o.Entry.Seq, o.Entry.Role, o.Entry.Content, o.Entry.Metadata["status"])
-		case *BatchOut:
+		case *machine.BatchOut:
 			s += fmt.Sprintf("batch{seqs %v omitted %d}", seqsOf(o.Messages), o.Omitted)
 		default:
 			s += fmt.Sprintf("%T%+v", o, o)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -19,17 +20,11 @@ type ResumeRequest struct {
 	AuthTime time.Time
 	// Stream, when set, says the client holds parts 0..Part of the reply
 	// that will become entry Seq: it gets only the parts after those.
-	Stream *StreamMark
-	Conn   Conn
+	Stream *machine.StreamMark
+	Conn   machine.Conn
 	// Shared keeps the connections already attached (attach "shared"):
 	// all of them get every entry and delta. At most Config.MaxConns.
 	Shared bool
-}
-
-// StreamMark is a hello's note of a reply the client holds in part.
-type StreamMark struct {
-	Seq  uint64 `msgpack:"s"`
-	Part int    `msgpack:"p"`
 }
 
 // CreateRequest makes a new session with an id the caller chose (in a
@@ -39,14 +34,36 @@ type CreateRequest struct {
 	SessionID string
 	UserID    string
 	Reason    string
-	Conn      Conn
+	Conn      machine.Conn
 }
+
+// Session is a connection's handle on its session, wherever the session
+// lives: a *Handle when this node owns it, the cluster's remote session
+// (forwarding to the owner over the node link) otherwise. The gateway
+// holds one per connection and knows no other.
+type Session interface {
+	Send(ctx context.Context, id, content string, metadata map[string]any) error
+	History(ctx context.Context, before uint64, limit int) error
+	SetContext(ctx context.Context, set map[string]any) error
+	Complete(ctx context.Context) error
+	// Interrupt is Send that first cancels the running turn.
+	Interrupt(ctx context.Context, id, content string, metadata map[string]any) error
+	// Cancel stops the turn answering replyTo (0: the one running).
+	Cancel(ctx context.Context, replyTo uint64) error
+	// Approve decides on a tool call awaiting approval.
+	Approve(ctx context.Context, callID string, approved bool) error
+	// Detach says the connection is gone; it must not be lost and must
+	// not block.
+	Detach()
+}
+
+var _ Session = (*Handle)(nil)
 
 // Handle is a connection's way to its session's actor. Requests are
 // queued to the actor; answers reach the client through its Conn.
 type Handle struct {
 	a         *actor
-	conn      Conn
+	conn      machine.Conn
 	SessionID string
 	// Reason is the hello's outcome: resumed, or why a new session was made.
 	Reason string
@@ -63,7 +80,7 @@ const attempts = 3
 // for an unknown id), ErrReauthRequired for a sensitive session without a
 // fresh login, or ErrBadLastSeq; none of these change the session.
 func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, error) {
-	notFound := &NotResumedError{Reason: ReasonNotFound}
+	notFound := &machine.NotResumedError{Reason: machine.ReasonNotFound}
 	if wal.CheckID(req.SessionID) != nil {
 		return nil, notFound
 	}
@@ -78,14 +95,14 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 	case h.UserID != req.UserID:
 		return nil, notFound
 	case h.Status == wal.StatusCompleted:
-		return nil, &NotResumedError{Reason: ReasonCompleted}
+		return nil, &machine.NotResumedError{Reason: machine.ReasonCompleted}
 	case h.Status == wal.StatusExpired:
-		return nil, &NotResumedError{Reason: ReasonExpired}
+		return nil, &machine.NotResumedError{Reason: machine.ReasonExpired}
 	}
-	if err := MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
+	if err := machine.MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
 		return nil, err
 	}
-	ev := evAttach{conn: req.Conn, userID: req.UserID, lastSeq: req.LastSeq, authTime: req.AuthTime, stream: req.Stream, shared: req.Shared}
+	ev := machine.Attach{Conn: req.Conn, UserID: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Shared: req.Shared}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
 		if errors.Is(err, wal.ErrNotFound) {
@@ -100,10 +117,10 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 			continue
 		case err != nil:
 			return nil, err
-		case res.err != nil:
-			return nil, res.err
+		case res.Err != nil:
+			return nil, res.Err
 		}
-		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: ReasonResumed}, nil
+		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: machine.ReasonResumed}, nil
 	}
 	return nil, ErrGone
 }
@@ -128,7 +145,7 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 		return nil, err
 	}
 	a := newActor(r, req.SessionID)
-	a.s = newSession(r.sessionConfig(), wal.SessionData{Header: h}, state{}, contexts{}, nil, now)
+	a.s, _ = machine.New(r.sessionConfig(), machine.Restore{Data: wal.SessionData{Header: h}}, now)
 	a.epoch = h.Epoch
 	close(a.readyCh)
 	if err := r.register(a); err != nil {
@@ -138,11 +155,11 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 	}
 	reason := req.Reason
 	if reason == "" {
-		reason = ReasonNew
+		reason = machine.ReasonNew
 	}
-	res, err := r.attach(ctx, a, evAttach{conn: req.Conn, userID: req.UserID, newReason: reason})
+	res, err := r.attach(ctx, a, machine.Attach{Conn: req.Conn, UserID: req.UserID, NewReason: reason})
 	if err == nil {
-		err = res.err
+		err = res.Err
 	}
 	if err != nil {
 		return nil, err
@@ -166,11 +183,11 @@ func (r *Registry) reserve(user string) error {
 	return nil
 }
 
-func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (opened, error) {
-	reply := make(chan opened, 1)
-	ev.reply = reply
+func (r *Registry) attach(ctx context.Context, a *actor, ev machine.Attach) (machine.Opened, error) {
+	reply := make(chan machine.Opened, 1)
+	ev.Reply = reply
 	if err := a.postWait(ctx, ev); err != nil {
-		return opened{}, err
+		return machine.Opened{}, err
 	}
 	select {
 	case res := <-reply:
@@ -180,52 +197,52 @@ func (r *Registry) attach(ctx context.Context, a *actor, ev evAttach) (opened, e
 		case res := <-reply:
 			return res, nil
 		default:
-			return opened{}, ErrGone
+			return machine.Opened{}, ErrGone
 		}
 	case <-ctx.Done():
 		// The attach may still happen, and nobody would ever detach the
 		// conn: queue the undo right behind it (the mailbox is FIFO).
-		a.post(evDetach{conn: ev.conn})
-		return opened{}, ctx.Err()
+		a.post(machine.Detach{Conn: ev.Conn})
+		return machine.Opened{}, ctx.Err()
 	}
 }
 
 // Send queues a client send. metadata may be nil.
 func (h *Handle) Send(ctx context.Context, id, content string, metadata map[string]any) error {
-	return h.a.postWait(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata})
+	return h.a.postWait(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata})
 }
 
 // Interrupt is Send with interrupt: the running turn is cancelled, then
 // this message is answered with everything so far.
 func (h *Handle) Interrupt(ctx context.Context, id, content string, metadata map[string]any) error {
-	return h.a.postWait(ctx, evSend{conn: h.conn, id: id, content: content, metadata: metadata, interrupt: true})
+	return h.a.postWait(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata, Interrupt: true})
 }
 
 // Cancel stops the turn answering user entry replyTo (0: the one running).
 func (h *Handle) Cancel(ctx context.Context, replyTo uint64) error {
-	return h.a.postWait(ctx, evCancel{conn: h.conn, replyTo: replyTo})
+	return h.a.postWait(ctx, machine.Cancel{Conn: h.conn, ReplyTo: replyTo})
 }
 
 // Approve decides on the tool call callID, which awaits approval.
 func (h *Handle) Approve(ctx context.Context, callID string, approved bool) error {
-	return h.a.postWait(ctx, evApprove{conn: h.conn, callID: callID, approved: approved})
+	return h.a.postWait(ctx, machine.Approve{Conn: h.conn, CallID: callID, Approved: approved})
 }
 
 // History asks for up to limit entries before seq before (0: the end).
 func (h *Handle) History(ctx context.Context, before uint64, limit int) error {
-	return h.a.postWait(ctx, evHistory{conn: h.conn, before: before, limit: limit})
+	return h.a.postWait(ctx, machine.HistoryRequest{Conn: h.conn, Before: before, Limit: limit})
 }
 
 // SetContext merges set into the user context; a nil value deletes a key.
 func (h *Handle) SetContext(ctx context.Context, set map[string]any) error {
-	return h.a.postWait(ctx, evContext{conn: h.conn, set: set})
+	return h.a.postWait(ctx, machine.SetContext{Conn: h.conn, Set: set})
 }
 
 // Complete ends the session for good.
 func (h *Handle) Complete(ctx context.Context) error {
-	return h.a.postWait(ctx, evComplete{conn: h.conn})
+	return h.a.postWait(ctx, machine.Complete{Conn: h.conn})
 }
 
 // Detach tells the actor the connection is gone; the reconnect window
 // starts now. It never blocks.
-func (h *Handle) Detach() { h.a.post(evDetach{conn: h.conn}) }
+func (h *Handle) Detach() { h.a.post(machine.Detach{Conn: h.conn}) }

@@ -8,41 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
-
-// recoverAt brings a session left by a previous run up to date at boot.
-// lastAlive is the last moment that run was known to be alive.
-//
-//   - active: the client was connected when the node stopped; the server
-//     learns of that disconnect now, so the window starts now.
-//   - interrupted: a window that had ended before lastAlive has ended; any
-//     other is extended by the downtime, so a restart never expires a
-//     session that was alive when the server stopped.
-func (s *Session) recoverAt(boot, lastAlive time.Time) []Effect {
-	s.out = nil
-	h := &s.hdr
-	switch {
-	case h.Status == wal.StatusActive:
-		s.markInterrupted(boot)
-	case h.Status == wal.StatusInterrupted && !lastAlive.Before(h.ExpiresAt):
-		s.expire(boot)
-		return s.takeOut()
-	case h.Status == wal.StatusInterrupted:
-		if down := boot.Sub(lastAlive); down > 0 {
-			h.ExpiresAt = h.ExpiresAt.Add(down)
-		}
-	default:
-		return nil
-	}
-	s.appendBatch(nil, nil, false)
-	return s.takeOut()
-}
-
-// hasWork reports whether the session owes the agent a turn or a tool run.
-func (s *Session) hasWork() bool {
-	return !s.hdr.Status.Terminal() && (s.st.Pending != nil || len(s.st.Turns) > 0)
-}
 
 // live reports whether a session counts against its user's limit.
 func live(h wal.Header, now time.Time) bool {
@@ -189,38 +157,47 @@ func (r *Registry) recoverBoot(ctx context.Context, sid string) error {
 	return r.start(ctx, a, true, true)
 }
 
-// recoverOne runs recoverAt over sid in the log and reports whether the
-// session has work in flight. Copies held for other owners stay passive.
+// recoverOne brings sid up to date in the log (Recover) and reports
+// whether the session has work in flight. Copies held for other owners
+// stay passive.
 func (r *Registry) recoverOne(ctx context.Context, sid string) (bool, error) {
 	d, err := r.cfg.Journal.Claim(ctx, sid)
 	if err != nil {
 		return false, fmt.Errorf("recover %s: %w", sid, err)
 	}
-	st, err := decodeState(d.Header.State)
+	s, dmg := machine.New(r.sessionConfig(), machine.Restore{Data: d}, r.boot)
+	r.damaged(sid, dmg)
+	err = r.stepSync(ctx, s, d.Header.Epoch, machine.Recover{Boot: r.boot, LastAlive: r.lastAlive})
+	if rerr := r.cfg.Journal.Release(ctx, sid, d.Header.Epoch); err == nil {
+		err = rerr
+	}
 	if err != nil {
-		r.corrupt(sid, "state", err)
-	}
-	s := newSession(r.sessionConfig(), d, st, contexts{}, nil, r.boot)
-	s.stateDirty = err != nil
-	effs := s.recoverAt(r.boot, r.lastAlive)
-	for i := 0; i < len(effs); i++ {
-		switch e := effs[i].(type) {
-		case effAppend:
-			e.batch.Epoch = d.Header.Epoch
-			if err := appendSync(ctx, r.cfg.Journal, e.batch); err != nil {
-				return false, fmt.Errorf("recover %s: %w", sid, err)
-			}
-			// What waited for the append (an expiry's effStatus) is
-			// released only now.
-			effs = append(effs, s.Step(r.boot, evAppended{id: e.id})...)
-		case effStatus:
-			r.ended(e.userID)
-		}
-	}
-	if err := r.cfg.Journal.Release(ctx, sid, d.Header.Epoch); err != nil {
 		return false, fmt.Errorf("recover %s: %w", sid, err)
 	}
-	return s.hasWork(), nil
+	return s.HasWork(), nil
+}
+
+// stepSync steps a machine no actor runs (a session brought up to date
+// in passing, at boot or after its actor failed) with ev, appending what
+// it asks for and waiting for each append.
+func (r *Registry) stepSync(ctx context.Context, s *machine.Machine, epoch uint64, ev machine.Event) error {
+	effs := s.Step(r.clock.Now(), ev)
+	for i := 0; i < len(effs); i++ {
+		switch e := effs[i].(type) {
+		case machine.Append:
+			e.Batch.Epoch = epoch
+			err := appendSync(ctx, r.cfg.Journal, e.Batch)
+			// What waited for the append (an expiry's Ended) is released
+			// only now.
+			effs = append(effs, s.Step(r.clock.Now(), machine.Appended{ID: e.ID, Err: err})...)
+			if err != nil {
+				return err
+			}
+		case machine.Ended:
+			r.ended(e.UserID)
+		}
+	}
+	return nil
 }
 
 // sweep deletes the sessions whose retention has passed and recounts each

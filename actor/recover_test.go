@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -45,8 +46,8 @@ func TestBootRecovery(t *testing.T) {
 		t.Fatal("test setup: the windows are not where they should be")
 	}
 	e.stop()
-	ca.waitClosed(t, CloseShutdown)
-	cx.waitClosed(t, CloseShutdown)
+	ca.waitClosed(t, machine.CloseShutdown)
+	cx.waitClosed(t, machine.CloseShutdown)
 	act.Detach() // the gateway's teardown after the shutdown: returns, changes nothing
 
 	e.clock.Advance(time.Hour) // down for an hour
@@ -77,7 +78,7 @@ func TestBootRecovery(t *testing.T) {
 	}
 	e.resume("act", "alice", 2, newRecConn("act2"))
 	e.resume("int", "alice", 2, newRecConn("int2"))
-	if got := notResumedReason(e.resumeErr("old", "alice", 2)); got != ReasonExpired {
+	if got := notResumedReason(e.resumeErr("old", "alice", 2)); got != machine.ReasonExpired {
 		t.Fatalf("old: %q", got)
 	}
 }
@@ -91,14 +92,14 @@ func startToolThenStop(t *testing.T, e *env, eng *gatedEngine) {
 	if err := h.Send(t.Context(), "m1", "laptops", nil); err != nil {
 		t.Fatal(err)
 	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	if en := expect[*EntryOut](t, c).Entry; mdString(en, "status") != engine.ToolStarted {
+	expect[*machine.AckOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	if en := expect[*machine.EntryOut](t, c).Entry; mdString(en, "status") != engine.ToolStarted {
 		t.Fatalf("entry 2 = %+v", en)
 	}
 	recv(t, "the tool to run", eng.g.started)
 	e.stop()
-	if got := c.closeReasons(); !reflect.DeepEqual(got, []CloseReason{CloseShutdown}) {
+	if got := c.closeReasons(); !reflect.DeepEqual(got, []machine.CloseReason{machine.CloseShutdown}) {
 		t.Fatalf("close reasons at shutdown %v", got)
 	}
 	if eng.g.runs.Load() != 1 || eng.g.cancelled.Load() != 1 {
@@ -117,10 +118,10 @@ func waitTurnDone(t *testing.T, e *env, sid string, seq uint64) []wal.Entry {
 	return es
 }
 
-func entryOuts(es []wal.Entry) []Out {
-	out := make([]Out, len(es))
+func entryOuts(es []wal.Entry) []machine.Out {
+	out := make([]machine.Out, len(es))
 	for i, en := range es {
-		out[i] = &EntryOut{Entry: en}
+		out[i] = &machine.EntryOut{Entry: en}
 	}
 	return out
 }
@@ -133,7 +134,7 @@ func TestRestartInterruptsNonIdempotentTool(t *testing.T) {
 	e.start()
 	es := waitTurnDone(t, e, "s", 4)
 	failed := es[2]
-	if mdString(failed, "status") != engine.ToolFailed || failed.Content != interrupted || mdString(failed, "call_id") != mdString(es[1], "call_id") {
+	if mdString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultInterrupted || mdString(failed, "call_id") != mdString(es[1], "call_id") {
 		t.Fatalf("entry 3 = %+v, want the call failed as interrupted", failed)
 	}
 	if !strings.Contains(es[3].Content, "did not finish (interrupted)") || asUint(es[3].Metadata["reply_to"]) != 1 {
@@ -142,8 +143,8 @@ func TestRestartInterruptsNonIdempotentTool(t *testing.T) {
 	if n := eng.g.runs.Load(); n != 0 {
 		t.Fatalf("a non-idempotent tool ran %d times after the restart", n)
 	}
-	if st, _ := decodeState(e.header("s").State); st.Pending != nil || len(st.Turns) != 0 {
-		t.Fatalf("state = %+v", st)
+	if machine.HasWork(e.header("s")) {
+		t.Fatalf("work still owed: %+v", e.header("s"))
 	}
 }
 
@@ -157,7 +158,7 @@ func TestRestartRerunsIdempotentTool(t *testing.T) {
 	if run.Name != "search" || run.Args["query"] != "laptops" {
 		t.Fatalf("re-run = %+v", run)
 	}
-	if st, _ := decodeState(e.header("s").State); st.Pending == nil || st.Pending.Attempts != 1 {
+	if st, _ := machine.Stored(wal.SessionData{Header: e.header("s")}); st.Pending == nil || st.Pending.Attempts != 1 {
 		t.Fatalf("the attempt is not durable before the run: %+v", st.Pending)
 	}
 	eng.g.results <- "3 results"
@@ -184,7 +185,7 @@ func TestSweepThroughRegistry(t *testing.T) {
 	if err := done.Complete(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	cd.waitClosed(t, CloseCompleted)
+	cd.waitClosed(t, machine.CloseCompleted)
 	cb := newRecConn("b1")
 	b1 := e.create("b1", "bob", cb)
 	chat(t, b1, cb, "m1", "hi")
@@ -213,7 +214,7 @@ func TestSweepThroughRegistry(t *testing.T) {
 		_, err2 := e.log.Header("b1")
 		return errors.Is(err1, wal.ErrNotFound) && errors.Is(err2, wal.ErrNotFound)
 	})
-	if got := notResumedReason(e.resumeErr("done", "alice", 0)); got != ReasonNotFound {
+	if got := notResumedReason(e.resumeErr("done", "alice", 0)); got != machine.ReasonNotFound {
 		t.Fatalf("resume of a swept session: %q", got)
 	}
 	e.header("b2")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/actor/workers"
 )
@@ -244,7 +245,7 @@ func (r *Registry) Close() error {
 			// An actor still activating has no machine yet to take the
 			// shutdown: wait until it has one (or failed to get one).
 			<-a.ready()
-			a.post(evShutdown{})
+			a.post(machine.Shutdown{})
 		}
 		for _, a := range actors {
 			<-a.done
@@ -286,11 +287,11 @@ func (r *Registry) Stats() Stats {
 // NewID returns a fresh session id (Config.NewID).
 func (r *Registry) NewID() string { return r.cfg.NewID() }
 
-func (r *Registry) sessionConfig() sessionConfig {
-	sc := sessionConfig{
+func (r *Registry) sessionConfig() machine.Config {
+	sc := machine.Config{
 		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
 		MaxTurns: r.cfg.MaxTurns, MaxConns: r.cfg.MaxConns, MaxContextBytes: r.cfg.MaxContextBytes,
-		TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
+		ReplayLimit: r.cfg.ReplayLimit, TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
 		FlushInterval: max(r.cfg.FlushInterval, 0),
 	}
 	if in, ok := r.cfg.Engine.(engine.Instant); ok {
@@ -327,14 +328,14 @@ func (r *Registry) markAlive(ctx context.Context) error {
 	return r.cfg.Store.MarkAlive(ctx, r.clock.Now())
 }
 
-// tick posts evTick to every actor whose deadline has come.
+// tick posts a Tick to every actor whose deadline has come.
 func (r *Registry) tick(context.Context) error {
 	now := r.clock.Now().UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range r.actors {
 		if d := a.deadline.Load(); d != 0 && d <= now {
-			a.post(evTick{})
+			a.post(machine.Tick{})
 		}
 	}
 	return nil
@@ -472,7 +473,7 @@ func (r *Registry) Evict(ctx context.Context, sid string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	a.post(evShutdown{})
+	a.post(machine.Shutdown{})
 	select {
 	case <-a.done:
 		return nil

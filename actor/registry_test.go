@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -17,11 +18,11 @@ func TestRegistryCreate(t *testing.T) {
 	e := newEnv(t)
 	c := newRecConn("c")
 	h, err := e.reg.Create(t.Context(), CreateRequest{SessionID: "chosen-by-caller", UserID: "alice", Conn: c})
-	if err != nil || h.SessionID != "chosen-by-caller" || h.Reason != ReasonNew {
+	if err != nil || h.SessionID != "chosen-by-caller" || h.Reason != machine.ReasonNew {
 		t.Fatalf("Create = %+v, %v", h, err)
 	}
-	so := expect[*SessionOut](t, c)
-	want := SessionOut{SessionID: "chosen-by-caller", Reason: ReasonNew, Status: wal.StatusActive, Window: testWindow}
+	so := expect[*machine.SessionOut](t, c)
+	want := machine.SessionOut{SessionID: "chosen-by-caller", Reason: machine.ReasonNew, Status: wal.StatusActive, Window: testWindow}
 	if !reflect.DeepEqual(*so, want) {
 		t.Fatalf("session frame = %+v, want %+v", *so, want)
 	}
@@ -38,11 +39,11 @@ func TestRegistryCreate(t *testing.T) {
 	}
 	// A reason other than new is what the client is told.
 	c2 := newRecConn("c2")
-	h2, err := e.reg.Create(t.Context(), CreateRequest{SessionID: "second", UserID: "alice", Reason: ReasonExpired, Conn: c2})
-	if err != nil || h2.Reason != ReasonExpired {
+	h2, err := e.reg.Create(t.Context(), CreateRequest{SessionID: "second", UserID: "alice", Reason: machine.ReasonExpired, Conn: c2})
+	if err != nil || h2.Reason != machine.ReasonExpired {
 		t.Fatalf("Create with a reason = %+v, %v", h2, err)
 	}
-	if so := expect[*SessionOut](t, c2); so.Reason != ReasonExpired || so.Resumed {
+	if so := expect[*machine.SessionOut](t, c2); so.Reason != machine.ReasonExpired || so.Resumed {
 		t.Fatalf("session frame = %+v", so)
 	}
 
@@ -143,7 +144,7 @@ func TestRegistryResumeReplaysMissed(t *testing.T) {
 	// A last_seq beyond the log is refused and changes nothing.
 	h3.Detach()
 	before := e.waitStatus("s", wal.StatusInterrupted)
-	if err := e.resumeErr("s", "alice", 99); !errors.Is(err, ErrBadLastSeq) {
+	if err := e.resumeErr("s", "alice", 99); !errors.Is(err, machine.ErrBadLastSeq) {
 		t.Fatalf("Resume with last_seq 99: %v", err)
 	}
 	e.settle("s")
@@ -160,7 +161,7 @@ func TestRegistryResumeRefusals(t *testing.T) {
 	if err := victim.SetContext(t.Context(), map[string]any{"goal": "private"}); err != nil {
 		t.Fatal(err)
 	}
-	expect[*ContextOut](t, c)
+	expect[*machine.ContextOut](t, c)
 	for _, attached := range []bool{true, false} {
 		if !attached {
 			victim.Detach()
@@ -171,7 +172,7 @@ func TestRegistryResumeRefusals(t *testing.T) {
 		for _, try := range []struct{ sid, user string }{
 			{"victim", "mallory"}, {"no-such-session", "alice"}, {strings.Repeat("x", wal.MaxIDLen+1), "alice"}, {"bad\x00id", "alice"}, {"", "alice"},
 		} {
-			if got := notResumedReason(e.resumeErr(try.sid, try.user, 0)); got != ReasonNotFound {
+			if got := notResumedReason(e.resumeErr(try.sid, try.user, 0)); got != machine.ReasonNotFound {
 				t.Fatalf("Resume(%q as %s): reason %q, want not_found", try.sid, try.user, got)
 			}
 			if _, err := e.reg.Snapshot(t.Context(), try.sid, try.user, e.clock.Now()); !errors.Is(err, ErrNotFound) {
@@ -195,7 +196,7 @@ func TestRegistryResumeRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitStatus("victim", wal.StatusCompleted)
-	if got := notResumedReason(e.resumeErr("victim", "alice", 2)); got != ReasonCompleted {
+	if got := notResumedReason(e.resumeErr("victim", "alice", 2)); got != machine.ReasonCompleted {
 		t.Fatalf("resume of a completed session: %q", got)
 	}
 }
@@ -226,7 +227,7 @@ func TestRegistryWindowExpiry(t *testing.T) {
 	if s := e.snapshot("s", "alice"); s.Status != wal.StatusExpired {
 		t.Fatalf("snapshot status %s", s.Status)
 	}
-	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != ReasonExpired {
+	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != machine.ReasonExpired {
 		t.Fatalf("late resume: %q", got)
 	}
 }
@@ -244,7 +245,7 @@ func TestRegistryWindowExpiryWhilePassive(t *testing.T) {
 	if s := e.snapshot("s", "alice"); s.Status != wal.StatusExpired || s.Header.Status != wal.StatusInterrupted {
 		t.Fatalf("snapshot: status %s, stored %s", s.Status, s.Header.Status)
 	}
-	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != ReasonExpired {
+	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != machine.ReasonExpired {
 		t.Fatalf("resume past the window: %q", got)
 	}
 	e.waitStatus("s", wal.StatusExpired)
@@ -258,7 +259,7 @@ func TestRegistrySupersede(t *testing.T) {
 	chat(t, h1, c1, "m1", "hello")
 	c2 := newRecConn("c2")
 	h2, _, _ := e.resume("s", "alice", 2, c2)
-	c1.waitClosed(t, CloseSuperseded)
+	c1.waitClosed(t, machine.CloseSuperseded)
 	// The first conn goes away late: the session stays active on c2, and
 	// c1 can no longer act on it.
 	h1.Detach()
@@ -282,10 +283,10 @@ func TestRegistryComplete(t *testing.T) {
 	if err := h.Complete(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if co := expect[*CompletedOut](t, c); co.SessionID != "s" {
+	if co := expect[*machine.CompletedOut](t, c); co.SessionID != "s" {
 		t.Fatalf("completed = %+v", co)
 	}
-	c.waitClosed(t, CloseCompleted)
+	c.waitClosed(t, machine.CloseCompleted)
 	if hd := e.waitStatus("s", wal.StatusCompleted); hd.LastSeq != 2 {
 		t.Fatalf("header = %+v", hd)
 	}
@@ -294,7 +295,7 @@ func TestRegistryComplete(t *testing.T) {
 	if err := h.Send(t.Context(), "late", "x", nil); !errors.Is(err, ErrGone) {
 		t.Fatalf("send to a completed session's handle: %v, want ErrGone", err)
 	}
-	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != ReasonCompleted {
+	if got := notResumedReason(e.resumeErr("s", "alice", 2)); got != machine.ReasonCompleted {
 		t.Fatalf("resume after complete: %q", got)
 	}
 }
@@ -306,17 +307,17 @@ func TestRegistrySensitiveNeedsFreshLogin(t *testing.T) {
 	if err := h.SetContext(t.Context(), map[string]any{"sensitive": true}); err != nil {
 		t.Fatal(err)
 	}
-	expect[*ContextOut](t, c)
+	expect[*machine.ContextOut](t, c)
 	h.Detach()
 	before := e.waitStatus("s", wal.StatusInterrupted)
 	now := e.clock.Now()
 	for _, auth := range []time.Time{{}, now.Add(-testReauth - time.Second)} {
 		c2 := newRecConn("stale")
 		_, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", AuthTime: auth, Conn: c2})
-		if !errors.Is(err, ErrReauthRequired) || len(c2.all()) != 0 {
+		if !errors.Is(err, machine.ErrReauthRequired) || len(c2.all()) != 0 {
 			t.Fatalf("auth_time %v: %v, frames %s", auth, err, dumpOuts(c2.all()))
 		}
-		if _, err := e.reg.Snapshot(t.Context(), "s", "alice", auth); !errors.Is(err, ErrReauthRequired) {
+		if _, err := e.reg.Snapshot(t.Context(), "s", "alice", auth); !errors.Is(err, machine.ErrReauthRequired) {
 			t.Fatalf("snapshot with auth_time %v: %v", auth, err)
 		}
 	}

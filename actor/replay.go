@@ -4,52 +4,77 @@ import (
 	"fmt"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
-// MaxHistoryLimit caps one history page.
-const MaxHistoryLimit = 200
+// read returns the entries of sp: the older ones from the journal, the
+// newest as the machine held them.
+func (a *actor) read(sp machine.Span) ([]wal.Entry, error) { return a.reg.read(a.sid, sp) }
 
-// DefaultHistoryLimit is a history page when the client names no limit.
-const DefaultHistoryLimit = 50
-
-// replay sends the one history_batch of a resume: the newest entries after
-// e.after, at most ReplayLimit of them and MaxBatchBytes, with a count and
-// a summary of the rest. Entries in the tail are not read from the log.
-func (a *actor) replay(e effReplay) {
-	from := e.after + 1
-	if missed := e.last - e.after; missed > uint64(a.reg.cfg.ReplayLimit) {
-		from = e.last - uint64(a.reg.cfg.ReplayLimit) + 1
+// read returns the entries of sid's span sp.
+func (r *Registry) read(sid string, sp machine.Span) ([]wal.Entry, error) {
+	lo, hi := sp.Missing()
+	if lo >= hi {
+		return sp.Held, nil
 	}
-	msgs, err := a.entries(from, e.last+1)
+	older, err := r.cfg.Journal.Read(sid, lo, hi, int(hi-lo), false)
 	if err != nil {
-		a.readFailed(e.conn, err)
+		return nil, err
+	}
+	return append(older, sp.Held...), nil
+}
+
+// replay sends the one history_batch of a resume: the newest entries
+// after e.After, at most ReplayLimit of them (the machine bounded the
+// span) and MaxBatchBytes, with a count and a summary of the rest.
+func (a *actor) replay(e machine.Replay) {
+	msgs, err := a.read(e.Messages)
+	if err != nil {
+		a.readFailed(e.Conn, err)
 		return
 	}
-	msgs = a.fitBytes(msgs)
-	out := &BatchOut{Messages: msgs}
+	msgs = fitBytes(msgs, a.reg.cfg.MaxBatchBytes)
+	out := &machine.BatchOut{Messages: msgs}
+	from := e.Messages.Lo
 	if len(msgs) > 0 {
 		from = msgs[0].Seq
 	}
-	if omitted := from - (e.after + 1); omitted > 0 && len(msgs) > 0 {
+	if omitted := from - (e.After + 1); omitted > 0 && len(msgs) > 0 {
 		out.Omitted = omitted
-		first, err := a.entries(e.after+1, e.after+2)
+		first, err := a.read(e.First)
 		if err != nil {
-			a.readFailed(e.conn, err)
+			a.readFailed(e.Conn, err)
 			return
 		}
-		out.Summary = summarize(e.after+1, from-1, first)
+		out.Summary = summarize(e.After+1, from-1, first)
 	}
-	e.conn.Deliver(out)
+	e.Conn.Deliver(out)
 }
 
-// fitBytes keeps the newest entries that fit in MaxBatchBytes (at least
+// history answers a history request with one page (the machine bounded
+// it by the request's limit), at most MaxBatchBytes.
+func (a *actor) history(e machine.History) {
+	msgs, err := a.read(e.Messages)
+	if err != nil {
+		a.readFailed(e.Conn, err)
+		return
+	}
+	msgs = fitBytes(msgs, a.reg.cfg.MaxBatchBytes)
+	out := &machine.BatchOut{Messages: msgs}
+	if len(msgs) > 0 {
+		out.Omitted = msgs[0].Seq - 1
+	}
+	e.Conn.Deliver(out)
+}
+
+// fitBytes keeps the newest entries that fit in limit bytes (at least
 // one), so one request can never make the server build more than that.
-func (a *actor) fitBytes(msgs []wal.Entry) []wal.Entry {
+func fitBytes(msgs []wal.Entry, limit int) []wal.Entry {
 	total := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		total += msgs[i].Size()
-		if total > a.reg.cfg.MaxBatchBytes && i < len(msgs)-1 {
+		if total > limit && i < len(msgs)-1 {
 			return msgs[i+1:]
 		}
 	}
@@ -66,38 +91,11 @@ func summarize(lo, hi uint64, first []wal.Entry) string {
 	return s
 }
 
-// history answers a history request with one page: the newest entries
-// before e.before, at most its limit (default 50, at most 200) and
-// MaxBatchBytes.
-func (a *actor) history(e effHistory) {
-	limit := e.limit
-	if limit <= 0 {
-		limit = DefaultHistoryLimit
-	}
-	limit = min(limit, MaxHistoryLimit)
-	before := e.before
-	if last := a.s.durableSeq(); before == 0 || before > last+1 {
-		before = last + 1
-	}
-	lo := before - min(before-1, uint64(limit))
-	msgs, err := a.entries(lo, before)
-	if err != nil {
-		a.readFailed(e.conn, err)
-		return
-	}
-	msgs = a.fitBytes(msgs)
-	out := &BatchOut{Messages: msgs}
-	if len(msgs) > 0 {
-		out.Omitted = msgs[0].Seq - 1
-	}
-	e.conn.Deliver(out)
-}
-
 // readFailed reports a log that cannot be read at all (the store failed):
 // the client gets an internal error and 1011; the session's data is left
 // as it is.
-func (a *actor) readFailed(c Conn, err error) {
+func (a *actor) readFailed(c machine.Conn, err error) {
 	a.reg.log.Error("read session log", "session", a.sid, "err", err)
-	c.Deliver(&ErrorOut{Code: CodeInternal, Message: "reading the session failed"})
-	c.Close(CloseInternal, "internal error")
+	c.Deliver(&machine.ErrorOut{Code: machine.CodeInternal, Message: "reading the session failed"})
+	c.Close(machine.CloseInternal, "internal error")
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -35,9 +36,9 @@ func TestSnapshotActiveShowsOnlyDurable(t *testing.T) {
 		t.Fatalf("delivered before durable: %s", dumpOuts(rest))
 	}
 	e.j.release()
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	expect[*EntryOut](t, c)
+	expect[*machine.AckOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	expect[*machine.EntryOut](t, c)
 	if s := e.snapshot("s", "alice"); s.Header.LastSeq != 4 || !reflect.DeepEqual(seqsOf(s.Messages), span(1, 4)) {
 		t.Fatalf("snapshot after: %+v", s)
 	}
@@ -64,7 +65,7 @@ func TestPipelinedSendsEndToEnd(t *testing.T) {
 	eventually(t, "all acks", func() bool {
 		acks = acks[:0]
 		for _, o := range c.all() {
-			if a, ok := o.(*AckOut); ok {
+			if a, ok := o.(*machine.AckOut); ok {
 				acks = append(acks, a.Seq)
 			}
 		}
@@ -84,7 +85,7 @@ func TestSnapshotFromStore(t *testing.T) {
 	if err := h.SetContext(t.Context(), map[string]any{"goal": "g"}); err != nil {
 		t.Fatal(err)
 	}
-	expect[*ContextOut](t, c)
+	expect[*machine.ContextOut](t, c)
 	active := e.snapshot("s", "alice")
 	h.Detach()
 	e.passivate("s")
@@ -113,7 +114,7 @@ func TestSnapshotOwnershipAndReveal(t *testing.T) {
 	if err := h.SetContext(t.Context(), map[string]any{"sensitive": true}); err != nil {
 		t.Fatal(err)
 	}
-	expect[*ContextOut](t, c)
+	expect[*machine.ContextOut](t, c)
 	for _, passive := range []bool{false, true} {
 		if passive {
 			h.Detach()
@@ -124,7 +125,7 @@ func TestSnapshotOwnershipAndReveal(t *testing.T) {
 			t.Fatalf("another user's snapshot: %v", err)
 		}
 		for _, auth := range []time.Time{{}, now.Add(-testReauth - time.Second)} {
-			if _, err := e.reg.Snapshot(t.Context(), "s", "alice", auth); !errors.Is(err, ErrReauthRequired) {
+			if _, err := e.reg.Snapshot(t.Context(), "s", "alice", auth); !errors.Is(err, machine.ErrReauthRequired) {
 				t.Fatalf("passive=%v, auth_time %v: %v", passive, auth, err)
 			}
 		}
@@ -153,11 +154,8 @@ func corrupt(t *testing.T, l *wal.Log, sid string) {
 	if err := l.Release(context.Background(), sid, h.Epoch); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decodeState(h.State); err == nil {
-		t.Fatal("the state is readable")
-	}
-	if _, err := decodeContexts(deep); err == nil {
-		t.Fatal("the context is readable")
+	if _, dmg := machine.Stored(wal.SessionData{Header: h, Context: deep}); dmg.State == nil || dmg.Context == nil {
+		t.Fatalf("the state or the context is readable: %+v", dmg)
 	}
 }
 
@@ -174,7 +172,7 @@ func TestCorruptStateAndContext(t *testing.T) {
 	e.passivate("s")
 	corrupt(t, e.log, "s")
 
-	if got := notResumedReason(e.resumeErr("s", "mallory", 0)); got != ReasonNotFound {
+	if got := notResumedReason(e.resumeErr("s", "mallory", 0)); got != machine.ReasonNotFound {
 		t.Fatalf("another user's resume: %q", got)
 	}
 	if _, err := e.reg.Snapshot(t.Context(), "s", "mallory", e.clock.Now()); !errors.Is(err, ErrNotFound) {
@@ -203,17 +201,14 @@ func TestCorruptStateAndContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decodeState(d.Header.State); err != nil {
-		t.Fatalf("state not rewritten: %v", err)
-	}
-	if _, err := decodeContexts(d.Context); err != nil || d.Context == nil {
-		t.Fatalf("context not rewritten: %v", err)
+	if _, dmg := machine.Stored(d); dmg.State != nil || dmg.Context != nil || d.Context == nil {
+		t.Fatalf("state or context not rewritten: %+v", dmg)
 	}
 	chat(t, h2, c2, "m2", "still works")
 	if err := h2.SetContext(t.Context(), map[string]any{"goal": "new"}); err != nil {
 		t.Fatal(err)
 	}
-	if co := expect[*ContextOut](t, c2); !reflect.DeepEqual(co.Context, map[string]any{"goal": "new"}) {
+	if co := expect[*machine.ContextOut](t, c2); !reflect.DeepEqual(co.Context, map[string]any{"goal": "new"}) {
 		t.Fatalf("context = %v", co.Context)
 	}
 }

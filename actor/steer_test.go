@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 )
 
 // A tool call that needs approval waits in the log: through a disconnect,
@@ -19,9 +20,9 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	if err := h.Send(t.Context(), "q", "approve a transfer", nil); err != nil {
 		t.Fatal(err)
 	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	waiting := expect[*EntryOut](t, c).Entry
+	expect[*machine.AckOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	waiting := expect[*machine.EntryOut](t, c).Entry
 	if mdString(waiting, "status") != engine.ToolAwaitingApproval || waiting.Metadata["args"] == nil {
 		t.Fatalf("waiting entry %+v", waiting)
 	}
@@ -44,14 +45,14 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	if err := h2.Approve(t.Context(), "call-404", true); err != nil {
 		t.Fatal(err)
 	}
-	if er := expect[*ErrorOut](t, c2); er.Code != CodeBadRequest {
+	if er := expect[*machine.ErrorOut](t, c2); er.Code != machine.CodeBadRequest {
 		t.Fatalf("unknown call: %+v", er)
 	}
 	if err := h2.Approve(t.Context(), callID, true); err != nil {
 		t.Fatal(err)
 	}
-	approved := expect[*EntryOut](t, c2).Entry
-	started := expect[*EntryOut](t, c2).Entry
+	approved := expect[*machine.EntryOut](t, c2).Entry
+	started := expect[*machine.EntryOut](t, c2).Entry
 	if mdString(approved, "status") != engine.ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("after approve: %+v / %+v", approved, started)
 	}
@@ -60,8 +61,8 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng.g.results <- "sent"
-	done := expect[*EntryOut](t, c2).Entry
-	reply := expect[*EntryOut](t, c2).Entry
+	done := expect[*machine.EntryOut](t, c2).Entry
+	reply := expect[*machine.EntryOut](t, c2).Entry
 	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "sent") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
@@ -82,14 +83,14 @@ func TestApprovalDenied(t *testing.T) {
 	if err := h.Send(t.Context(), "q", "pay the rent", nil); err != nil {
 		t.Fatal(err)
 	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	waiting := expect[*EntryOut](t, c).Entry
+	expect[*machine.AckOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	waiting := expect[*machine.EntryOut](t, c).Entry
 	if err := h.Approve(t.Context(), mdString(waiting, "call_id"), false); err != nil {
 		t.Fatal(err)
 	}
-	denied := expect[*EntryOut](t, c).Entry
-	reply := expect[*EntryOut](t, c).Entry
+	denied := expect[*machine.EntryOut](t, c).Entry
+	reply := expect[*machine.EntryOut](t, c).Entry
 	if mdString(denied, "status") != engine.ToolDenied || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "denied") {
 		t.Fatalf("denied: %+v / %+v", denied, reply)
 	}
@@ -109,17 +110,17 @@ func TestCancelDuringTool(t *testing.T) {
 	if err := h.Cancel(t.Context(), 0); err != nil {
 		t.Fatal(err)
 	}
-	failed := expect[*EntryOut](t, c).Entry
-	note := expect[*EntryOut](t, c).Entry
-	if mdString(failed, "status") != engine.ToolFailed || failed.Content != Cancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
+	failed := expect[*machine.EntryOut](t, c).Entry
+	note := expect[*machine.EntryOut](t, c).Entry
+	if mdString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultCancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
 		note.Role != engine.RoleSystem || note.Metadata["cancelled"] != true {
 		t.Fatalf("cancel logged %+v / %+v", failed, note)
 	}
 	eventually(t, "the tool's context cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
 	sendToTool(t, h, c, eng.g, "q2", "search again")
 	eng.g.results <- "found"
-	expect[*EntryOut](t, c)
-	if reply := expect[*EntryOut](t, c).Entry; reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
+	expect[*machine.EntryOut](t, c)
+	if reply := expect[*machine.EntryOut](t, c).Entry; reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
 		t.Fatalf("the next turn: %+v", reply)
 	}
 }

@@ -3,20 +3,19 @@ package actor
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/tether-dev/tether/actor/engine"
-
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
-// startStep runs the engine for the turn answering userSeq in a goroutine
-// the actor owns; a streaming engine's text comes back as evPart, its
-// decision as evAction.
-func (a *actor) startStep(userSeq, step uint64) {
-	in, err := a.turnInput(userSeq)
+// startStep runs the engine for the turn e asks for in a goroutine the
+// actor owns; a streaming engine's text comes back as Part, its decision
+// as StepDone.
+func (a *actor) startStep(e machine.RunStep) {
+	in, err := a.turnInput(e)
 	if err != nil {
-		a.run(a.s.Step(a.reg.clock.Now(), evAction{step: step, userSeq: userSeq, err: err}))
+		a.postFront(machine.StepDone{Step: e.Step, UserSeq: e.UserSeq, Err: err})
 		return
 	}
 	ctx, cancel := a.turnContext()
@@ -29,7 +28,7 @@ func (a *actor) startStep(userSeq, step uint64) {
 		if st, ok := a.reg.cfg.Engine.(engine.Streamer); ok {
 			act, err = st.Stream(ctx, in, func(text string) {
 				if ctx.Err() == nil {
-					a.post(evPart{step: step, text: text})
+					a.post(machine.Part{Step: e.Step, Text: text})
 				}
 			})
 		} else {
@@ -38,14 +37,15 @@ func (a *actor) startStep(userSeq, step uint64) {
 		if ctx.Err() != nil {
 			return // abandoned; a later activation picks the turn up again
 		}
-		a.post(evAction{step: step, userSeq: userSeq, action: act, err: err})
+		a.post(machine.StepDone{Step: e.Step, UserSeq: e.UserSeq, Action: act, Err: err})
 	}()
 }
 
-func (a *actor) runTool(c ToolCall) {
-	run, ok := a.toolRun(c)
+func (a *actor) runTool(e machine.RunTool) {
+	c := e.Call
+	run, ok := a.toolRun(e)
 	if !ok {
-		a.run(a.s.Step(a.reg.clock.Now(), evToolDone{callID: c.CallID, err: fmt.Errorf("unknown tool %q", c.Name)}))
+		a.postFront(machine.ToolDone{CallID: c.CallID, Err: fmt.Errorf("unknown tool %q", c.Name)})
 		return
 	}
 	a.reg.toolRuns.Add(1)
@@ -55,22 +55,23 @@ func (a *actor) runTool(c ToolCall) {
 	go func() {
 		defer a.turns.Done()
 		defer cancel()
-		progress := func(p string) { a.post(evToolProgress{callID: c.CallID, partial: p}) }
+		progress := func(p string) { a.post(machine.ToolProgress{CallID: c.CallID, Partial: p}) }
 		res, err := run(ctx, progress)
 		if ctx.Err() != nil {
 			// Cut short by shutdown or by the turn being abandoned: the
 			// outcome is decided by whoever activates the session next.
 			return
 		}
-		a.post(evToolDone{callID: c.CallID, result: res, err: err})
+		a.post(machine.ToolDone{CallID: c.CallID, Result: res, Err: err})
 	}()
 }
 
-// toolRun is how call c runs: through the engine's RunCall when it
+// toolRun is how the call runs: through the engine's RunCall when it
 // declares tools per call, else through the named tool's Run.
-func (a *actor) toolRun(c ToolCall) (func(context.Context, func(string)) (string, error), bool) {
+func (a *actor) toolRun(e machine.RunTool) (func(context.Context, func(string)) (string, error), bool) {
+	c := e.Call
 	if cr, ok := a.reg.cfg.Engine.(engine.CallRunner); ok {
-		in := engine.CallInput{SessionID: a.sid, UserID: a.s.hdr.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args,
+		in := engine.CallInput{SessionID: e.SessionID, UserID: e.UserID, CallID: c.CallID, Name: c.Name, Args: c.Args,
 			Idempotent: c.Idempotent, Attempt: c.Attempts}
 		return func(ctx context.Context, progress func(string)) (string, error) {
 			return cr.RunCall(ctx, in, progress)
@@ -85,64 +86,39 @@ func (a *actor) toolRun(c ToolCall) (func(context.Context, func(string)) (string
 	}, true
 }
 
-// turnInput builds what the engine sees from the session's memory: the
-// user entry, this turn's tool entries and the entries before it come
-// from the tail, and only what has left the tail is read from the log.
-func (a *actor) turnInput(userSeq uint64) (engine.TurnInput, error) {
-	s := a.s
-	user, err := a.entries(userSeq, userSeq+1)
+// turnInput completes what the engine sees with the turn's entries: the
+// machine's memory holds them in the common case, and only what has left
+// it is read from the log.
+func (a *actor) turnInput(e machine.RunStep) (engine.TurnInput, error) {
+	in := e.Input
+	user, err := a.read(e.User)
 	if err != nil {
 		return engine.TurnInput{}, err
 	}
 	if len(user) != 1 {
-		return engine.TurnInput{}, fmt.Errorf("user entry %d missing from the log", userSeq)
+		return engine.TurnInput{}, fmt.Errorf("user entry %d missing from the log", e.UserSeq)
 	}
-	steps := make([]wal.Entry, 0, len(s.st.Steps))
-	for _, seq := range s.st.Steps {
-		e, err := a.entries(seq, seq+1)
+	in.User = user[0]
+	in.Steps = make([]wal.Entry, 0, len(e.Steps))
+	for _, sp := range e.Steps {
+		step, err := a.read(sp)
 		if err != nil {
 			return engine.TurnInput{}, err
 		}
-		steps = append(steps, e...)
+		in.Steps = append(in.Steps, step...)
 	}
-	from := userSeq - min(userSeq-1, engine.HistoryLen)
-	hist, err := a.entries(from, userSeq)
-	if err != nil {
+	if in.History, err = a.read(e.History); err != nil {
 		return engine.TurnInput{}, err
 	}
-	in := engine.TurnInput{
-		SessionID: a.sid, UserID: s.hdr.UserID, User: user[0], Steps: steps, History: hist,
-		Context: maps.Clone(s.ctx.User), AgentContext: maps.Clone(s.ctx.Agent),
-	}
-	if from > 1 {
+	if e.History.Lo > 1 {
 		// The first entry never changes: read it once per activation, so
 		// steady-state turns read nothing from the store.
 		if a.first == nil {
-			first, err := a.entries(1, 2)
-			if err != nil {
+			if a.first, err = a.read(e.First); err != nil {
 				return engine.TurnInput{}, err
 			}
-			a.first = first
 		}
-		in.Summary = summarize(1, from-1, a.first)
+		in.Summary = summarize(1, e.History.Lo-1, a.first)
 	}
 	return in, nil
-}
-
-// entries returns the durable entries lo <= seq < hi, from the tail where
-// it has them and from the log for what is older. The result is a copy.
-func (a *actor) entries(lo, hi uint64) ([]wal.Entry, error) {
-	hi = min(hi, a.s.durableSeq()+1)
-	if lo >= hi {
-		return nil, nil
-	}
-	out := make([]wal.Entry, 0, hi-lo)
-	if f := a.s.tail.first(); lo < f {
-		older, err := a.reg.cfg.Journal.Read(a.sid, lo, min(hi, f), int(min(hi, f)-lo), false)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, older...)
-	}
-	return a.s.tail.appendSpan(out, lo, hi), nil
 }

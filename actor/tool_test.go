@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -23,9 +24,9 @@ func sendToTool(t *testing.T, h *Handle, c *recConn, g *gate, id, text string) w
 	if err := h.Send(t.Context(), id, text, nil); err != nil {
 		t.Fatal(err)
 	}
-	expect[*AckOut](t, c)
-	expect[*EntryOut](t, c)
-	started := expect[*EntryOut](t, c).Entry
+	expect[*machine.AckOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	started := expect[*machine.EntryOut](t, c).Entry
 	if started.Role != engine.RoleTool || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("started entry = %+v", started)
 	}
@@ -45,13 +46,13 @@ func TestCompleteDuringTool(t *testing.T) {
 	if err := h.Complete(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	failed := expect[*EntryOut](t, c).Entry
+	failed := expect[*machine.EntryOut](t, c).Entry
 	if failed.Seq != 3 || mdString(failed, "status") != engine.ToolFailed || mdString(failed, "call_id") != mdString(started, "call_id") ||
 		!strings.Contains(failed.Content, "completed") {
 		t.Fatalf("outcome of the call = %+v", failed)
 	}
-	expect[*CompletedOut](t, c)
-	c.waitClosed(t, CloseCompleted)
+	expect[*machine.CompletedOut](t, c)
+	c.waitClosed(t, machine.CloseCompleted)
 	eventually(t, "the tool is cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
 	eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
 	s := e.snapshot("s", "alice")
@@ -117,7 +118,7 @@ func TestRegistryDemoDetachDuringTool(t *testing.T) {
 	if err := h.Send(t.Context(), "m1", "laptops", nil); err != nil {
 		t.Fatal(err)
 	}
-	if ack := expect[*AckOut](t, c1); ack.Seq != 1 {
+	if ack := expect[*machine.AckOut](t, c1); ack.Seq != 1 {
 		t.Fatalf("ack = %+v", ack)
 	}
 	h.Detach()
@@ -129,7 +130,7 @@ func TestRegistryDemoDetachDuringTool(t *testing.T) {
 		t.Fatalf("status %s", hd.Status)
 	}
 	for _, o := range c1.all() {
-		if en, ok := o.(*EntryOut); ok && en.Entry.Seq >= 3 {
+		if en, ok := o.(*machine.EntryOut); ok && en.Entry.Seq >= 3 {
 			t.Fatalf("the detached conn got entry %d", en.Entry.Seq)
 		}
 	}
@@ -163,12 +164,12 @@ func TestSensitiveToolMarksSession(t *testing.T) {
 		t.Fatal("the session is not marked sensitive while the payment runs")
 	}
 	eng.g.results <- "receipt 42"
-	expect[*EntryOut](t, c)
-	expect[*EntryOut](t, c)
+	expect[*machine.EntryOut](t, c)
+	expect[*machine.EntryOut](t, c)
 	h.Detach()
 	e.passivate("s")
 	_, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", AuthTime: e.clock.Now().Add(-time.Hour), Conn: newRecConn("x")})
-	if !errors.Is(err, ErrReauthRequired) {
+	if !errors.Is(err, machine.ErrReauthRequired) {
 		t.Fatalf("stale resume: %v", err)
 	}
 	if _, so, _ := e.resume("s", "alice", 4, newRecConn("fresh")); !so.Sensitive {
@@ -190,15 +191,15 @@ func TestCloseMidTurn(t *testing.T) {
 	if err := hn.Send(t.Context(), "q", "slow question", nil); err != nil {
 		t.Fatal(err)
 	}
-	expect[*AckOut](t, cn)
-	expect[*EntryOut](t, cn)
+	expect[*machine.AckOut](t, cn)
+	expect[*machine.EntryOut](t, cn)
 	eventually(t, "the engine step runs", func() bool { return eng.nexts.Load() == 2 })
 
 	if err := e.reg.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*recConn{ct, cn} {
-		if got := c.closeReasons(); !slices.Equal(got, []CloseReason{CloseShutdown}) {
+		if got := c.closeReasons(); !slices.Equal(got, []machine.CloseReason{machine.CloseShutdown}) {
 			t.Fatalf("%s: close reasons %v", c.name, got)
 		}
 	}
@@ -222,8 +223,8 @@ func TestCloseMidTurn(t *testing.T) {
 	}
 	// Both turns are still owed: the next boot picks them up.
 	for _, sid := range []string{"tool", "next"} {
-		if st, _ := decodeState(e.header(sid).State); len(st.Turns) != 1 {
-			t.Fatalf("%s: state %+v", sid, st)
+		if st, _ := machine.Stored(wal.SessionData{Header: e.header(sid)}); len(st.Turns) != 1 {
+			t.Fatalf("%s: turns %v", sid, st.Turns)
 		}
 	}
 }

@@ -15,14 +15,15 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
 // ErrUnavailable: a session's owner cannot be reached now (it just failed
 // and the cluster has not settled); the client should retry, to any node.
-// It wraps actor.ErrUnavailable, so the session's actor tells its client
+// It wraps machine.ErrUnavailable, so the session's actor tells its client
 // the same when its appends cannot reach the replicas.
-var ErrUnavailable = fmt.Errorf("cluster: the session's owner cannot be reached: %w", actor.ErrUnavailable)
+var ErrUnavailable = fmt.Errorf("cluster: the session's owner cannot be reached: %w", machine.ErrUnavailable)
 
 // Config configures a Cluster. Self.ID, Store and Gossip are required.
 type Config struct {
@@ -89,7 +90,7 @@ type Config struct {
 	// node's gateway, which passes them on as they are (FrameConn),
 	// instead of the batch crossing the link as msgpack to be decoded and
 	// encoded again there.
-	EncodeFrame func(actor.Out) ([]byte, error)
+	EncodeFrame func(machine.Out) ([]byte, error)
 	// Transport replaces memberlist's network transport (tests cut gossip
 	// with a FaultyTransport).
 	Transport memberlist.Transport
@@ -408,7 +409,7 @@ func (c *Cluster) member(id string) (Member, bool) {
 }
 
 // call calls method on node id over the link.
-func (c *Cluster) call(ctx context.Context, id, method string, req, resp any) error {
+func (c *Cluster) call(ctx context.Context, id string, method Op, req, resp any) error {
 	m, ok := c.member(id)
 	if !ok {
 		return fmt.Errorf("%w: %s is not a member", ErrLinkDown, id)

@@ -10,30 +10,15 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 )
-
-// Session is a client's attached session: an *actor.Handle when this
-// node owns it, a remote session otherwise. The gateway's Session has the
-// same methods.
-type Session interface {
-	Send(ctx context.Context, id, content string, metadata map[string]any) error
-	History(ctx context.Context, before uint64, limit int) error
-	SetContext(ctx context.Context, set map[string]any) error
-	Complete(ctx context.Context) error
-	Interrupt(ctx context.Context, id, content string, metadata map[string]any) error
-	Cancel(ctx context.Context, replyTo uint64) error
-	Approve(ctx context.Context, callID string, approved bool) error
-	Detach()
-}
-
-var _ Session = (*actor.Handle)(nil)
 
 // Resume attaches req.Conn to the session through its owner: this node's
 // registry, or the owner's over the link (the client's socket stays here).
-func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
+func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (actor.Session, error) {
 	return c.open(ctx, req.SessionID, req.Conn, sessionReq{
 		SID: req.SessionID, User: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Shared: req.Shared,
-	}, func(reg *actor.Registry) (Session, error) {
+	}, func(reg *actor.Registry) (actor.Session, error) {
 		h, err := reg.Resume(ctx, req)
 		if err != nil {
 			return nil, c.staleResume(ctx, req.SessionID, err)
@@ -43,7 +28,7 @@ func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session,
 }
 
 // staleResume checks a resume refused because the client holds a seq
-// beyond this node's copy (actor.ErrBadLastSeq). That is the client's
+// beyond this node's copy (machine.ErrBadLastSeq). That is the client's
 // mistake only if this node really owns the session and has owned it
 // since its actor claimed it. A node that was paused or cut off may not
 // have applied the configurations that moved the session away (and maybe
@@ -51,7 +36,7 @@ func (c *Cluster) Resume(ctx context.Context, req actor.ResumeRequest) (Session,
 // is stopped, so that the retry claims the session afresh (fence, pull
 // the newest copy), and the refusal becomes ErrUnavailable (retried).
 func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error {
-	if !errors.Is(err, actor.ErrBadLastSeq) {
+	if !errors.Is(err, machine.ErrBadLastSeq) {
 		return err
 	}
 	cfg, ferr := c.cons.fresh(ctx)
@@ -74,9 +59,9 @@ func (c *Cluster) staleResume(ctx context.Context, sid string, err error) error 
 }
 
 // Create makes a new session on the owner of req.SessionID.
-func (c *Cluster) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
-	return c.open(ctx, req.SessionID, req.Conn, sessionReq{SID: req.SessionID, User: req.UserID, Reason: nonEmpty(req.Reason, actor.ReasonNew)},
-		func(reg *actor.Registry) (Session, error) {
+func (c *Cluster) Create(ctx context.Context, req actor.CreateRequest) (actor.Session, error) {
+	return c.open(ctx, req.SessionID, req.Conn, sessionReq{SID: req.SessionID, User: req.UserID, Reason: nonEmpty(req.Reason, machine.ReasonNew)},
+		func(reg *actor.Registry) (actor.Session, error) {
 			h, err := reg.Create(ctx, req)
 			if err != nil {
 				return nil, err
@@ -181,8 +166,8 @@ func unwrapPermanent(err error) error {
 }
 
 // open routes a hello to the session's owner.
-func (c *Cluster) open(ctx context.Context, sid string, conn actor.Conn, req sessionReq, local func(*actor.Registry) (Session, error)) (Session, error) {
-	var sess Session
+func (c *Cluster) open(ctx context.Context, sid string, conn machine.Conn, req sessionReq, local func(*actor.Registry) (actor.Session, error)) (actor.Session, error) {
+	var sess actor.Session
 	err := c.route(ctx, sid, func(reg *actor.Registry) error {
 		var err error
 		sess, err = local(reg)
@@ -197,7 +182,7 @@ func (c *Cluster) open(ctx context.Context, sid string, conn actor.Conn, req ses
 
 // openRemote opens a session stream to the owner and waits for its answer
 // to the hello.
-func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn, req sessionReq) (Session, error) {
+func (c *Cluster) openRemote(ctx context.Context, owner Member, conn machine.Conn, req sessionReq) (actor.Session, error) {
 	_, req.Frames = conn.(FrameConn)
 	s, err := c.link.Open(ctx, owner.LinkAddr, methodSession, req)
 	if err != nil {
@@ -231,7 +216,7 @@ func (c *Cluster) openRemote(ctx context.Context, owner Member, conn actor.Conn,
 // for it (by the session's owner, with Config.EncodeFrame): it queues
 // them as they are.
 type FrameConn interface {
-	actor.Conn
+	machine.Conn
 	DeliverFrame(frame []byte)
 }
 
@@ -241,7 +226,7 @@ type FrameConn interface {
 type remote struct {
 	c    *Cluster
 	s    *Stream
-	conn actor.Conn
+	conn machine.Conn
 	once sync.Once
 }
 
@@ -295,14 +280,14 @@ func (r *remote) read() {
 			// the close went out. The client must not wait on a session
 			// that is gone; closing it twice is harmless.
 			if !told {
-				r.conn.Close(actor.CloseShutdown, "lost the session's owner; reconnect")
+				r.conn.Close(machine.CloseShutdown, "lost the session's owner; reconnect")
 			}
 			return
 		}
 		var m outMsg
 		if err := msgpack.Unmarshal(raw, &m); err != nil {
 			r.c.log.Error("bad message from a session's owner", "err", err)
-			r.conn.Close(actor.CloseInternal, "internal error")
+			r.conn.Close(machine.CloseInternal, "internal error")
 			r.Detach()
 			return
 		}

@@ -84,11 +84,11 @@ type LinkConfig struct {
 	// Serve answers incoming calls; its ctx ends when the caller gives up
 	// or the connection goes. An error with a LinkCode() string method
 	// reaches the caller as a RemoteError with that Code.
-	Serve func(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error)
+	Serve func(ctx context.Context, from string, op Op, body msgpack.RawMessage) (any, error)
 	// Accept takes incoming streams. It runs on its own goroutine; it may
 	// serve s itself or hand it off, and must return once s.Done() is
 	// closed (Link.Close waits for it).
-	Accept func(from, method string, body msgpack.RawMessage, s *Stream)
+	Accept func(from string, op Op, body msgpack.RawMessage, s *Stream)
 	// CallTimeout bounds a call that has no earlier ctx deadline (5 s).
 	CallTimeout time.Duration
 	// DialTimeout bounds dialing plus authentication (2 s).
@@ -227,11 +227,16 @@ func (l *Link) goSafe(fn func()) bool {
 	return true
 }
 
+// Op names what a call or a stream asks of the node at the other end:
+// one of the cluster's operations (msgs.go); the link itself gives it no
+// meaning.
+type Op string
+
 // Call sends req to method on the peer at addr (its LinkAddr) and decodes
 // the reply into resp (nil to discard it). It fails with the ctx error (or
 // context.DeadlineExceeded after CallTimeout), ErrLinkDown, ErrClosed,
 // ErrAuth, ErrTooLarge or a *RemoteError.
-func (l *Link) Call(ctx context.Context, addr, method string, req, resp any) error {
+func (l *Link) Call(ctx context.Context, addr string, method Op, req, resp any) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	defer cancel()
 	body, err := l.encode(req)
@@ -247,7 +252,7 @@ func (l *Link) Call(ctx context.Context, addr, method string, req, resp any) err
 		return fmt.Errorf("cluster: call %s on %s: %w", method, addr, err)
 	}
 	if r.remote != nil {
-		r.remote.Method = method
+		r.remote.Method = string(method)
 		return r.remote
 	}
 	if resp != nil {
@@ -261,7 +266,7 @@ func (l *Link) Call(ctx context.Context, addr, method string, req, resp any) err
 // Open starts a stream to method on the peer at addr, req being its first
 // message (given to the peer's Accept). It does not wait for the peer: a
 // peer that refuses the stream resets it.
-func (l *Link) Open(ctx context.Context, addr, method string, req any) (*Stream, error) {
+func (l *Link) Open(ctx context.Context, addr string, method Op, req any) (*Stream, error) {
 	body, err := l.encode(req)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: open %s: %w", method, err)

@@ -19,7 +19,7 @@ func benchPair(b *testing.B, maxBatch int) (client, server *linkNode) {
 
 // countingAccept acknowledges every ackEvery values with the count so far,
 // the flow control an application adds on top of a Stream.
-func countingAccept(from, method string, body msgpack.RawMessage, s *Stream) {
+func countingAccept(from string, method Op, body msgpack.RawMessage, s *Stream) {
 	ctx := context.Background()
 	n := 0
 	for {

@@ -142,7 +142,7 @@ func (c *conn) sendCtrl(f frame) {
 	}
 }
 
-func (c *conn) call(ctx context.Context, method string, body msgpack.RawMessage) (reply, error) {
+func (c *conn) call(ctx context.Context, method Op, body msgpack.RawMessage) (reply, error) {
 	id := c.nextID()
 	ch := make(chan reply, 1)
 	c.mu.Lock()
@@ -156,7 +156,7 @@ func (c *conn) call(ctx context.Context, method string, body msgpack.RawMessage)
 	if dl, ok := ctx.Deadline(); ok {
 		wait = max(int64((time.Until(dl)+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	if err := c.send(ctx, frame{T: frameCall, ID: id, M: method, B: body, D: wait}); err != nil {
+	if err := c.send(ctx, frame{T: frameCall, ID: id, M: string(method), B: body, D: wait}); err != nil {
 		c.forget(id)
 		return reply{}, err
 	}
@@ -179,7 +179,7 @@ func (c *conn) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-func (c *conn) open(ctx context.Context, method string, body msgpack.RawMessage) (*Stream, error) {
+func (c *conn) open(ctx context.Context, method Op, body msgpack.RawMessage) (*Stream, error) {
 	s := newStream(c, c.nextID(), method)
 	c.mu.Lock()
 	if c.isDown() {
@@ -188,7 +188,7 @@ func (c *conn) open(ctx context.Context, method string, body msgpack.RawMessage)
 	}
 	c.streams[s.id] = s
 	c.mu.Unlock()
-	if err := c.send(ctx, frame{T: frameOpen, ID: s.id, M: method, B: body}); err != nil {
+	if err := c.send(ctx, frame{T: frameOpen, ID: s.id, M: string(method), B: body}); err != nil {
 		c.removeStream(s.id)
 		s.end(err)
 		return nil, err
@@ -427,7 +427,7 @@ func (c *conn) handle(ctx context.Context, f frame) (any, error) {
 	if c.l.cfg.Serve == nil {
 		return nil, WithCode("unavailable", errors.New("this node serves no calls"))
 	}
-	return c.l.cfg.Serve(ctx, c.peer, f.M, f.B)
+	return c.l.cfg.Serve(ctx, c.peer, Op(f.M), f.B)
 }
 
 // accept registers an incoming stream and runs the Link's Accept for it.
@@ -436,7 +436,7 @@ func (c *conn) accept(f frame) {
 		c.sendCtrl(frame{T: frameReset, ID: f.ID, E: "this node accepts no streams"})
 		return
 	}
-	s := newStream(c, f.ID, f.M)
+	s := newStream(c, f.ID, Op(f.M))
 	c.mu.Lock()
 	if c.isDown() {
 		c.mu.Unlock()
@@ -444,7 +444,7 @@ func (c *conn) accept(f frame) {
 	}
 	c.streams[f.ID] = s
 	c.mu.Unlock()
-	if !c.l.goSafe(func() { c.l.cfg.Accept(c.peer, f.M, f.B, s) }) {
+	if !c.l.goSafe(func() { c.l.cfg.Accept(c.peer, Op(f.M), f.B, s) }) {
 		c.removeStream(f.ID)
 		s.end(ErrClosed)
 	}

@@ -16,8 +16,8 @@ import (
 
 // blockingServe answers "echo", and holds "hold" calls until their ctx
 // ends, counting them on held.
-func blockingServe(held chan<- struct{}) func(context.Context, string, string, msgpack.RawMessage) (any, error) {
-	return func(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error) {
+func blockingServe(held chan<- struct{}) func(context.Context, string, Op, msgpack.RawMessage) (any, error) {
+	return func(ctx context.Context, from string, method Op, body msgpack.RawMessage) (any, error) {
 		if method == "hold" {
 			held <- struct{}{}
 			<-ctx.Done()
@@ -30,7 +30,7 @@ func blockingServe(held chan<- struct{}) func(context.Context, string, string, m
 func TestLinkPeerRestart(t *testing.T) {
 	held := make(chan struct{}, 8)
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s", Serve: blockingServe(held),
-		Accept: func(from, method string, body msgpack.RawMessage, s *Stream) { <-s.Done() }})
+		Accept: func(from string, method Op, body msgpack.RawMessage, s *Stream) { <-s.Done() }})
 	a := startLink(t, "", LinkConfig{NodeID: "a", Secret: "s"})
 	ctx := context.Background()
 	var out string
@@ -178,7 +178,7 @@ func TestLinkCloseEndsServesAndStreams(t *testing.T) {
 	held := make(chan struct{}, 1)
 	accepted := make(chan *Stream, 1)
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s", Serve: blockingServe(held),
-		Accept: func(from, method string, body msgpack.RawMessage, s *Stream) {
+		Accept: func(from string, method Op, body msgpack.RawMessage, s *Stream) {
 			accepted <- s
 			<-s.Done() // Close must end this
 		}})

@@ -57,7 +57,7 @@ func (n *linkNode) stop() {
 }
 
 // echoServe answers "echo" with its request, "from" with the caller's id.
-func echoServe(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error) {
+func echoServe(ctx context.Context, from string, method Op, body msgpack.RawMessage) (any, error) {
 	switch method {
 	case "echo":
 		return body, nil

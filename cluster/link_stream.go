@@ -98,14 +98,14 @@ func (f *frame) decode(d *msgpack.Decoder) error {
 type Stream struct {
 	c      *conn
 	id     uint64
-	method string
+	method Op
 	in     chan msgpack.RawMessage
 	done   chan struct{}
 	once   sync.Once
 	err    error // set before done is closed
 }
 
-func newStream(c *conn, id uint64, method string) *Stream {
+func newStream(c *conn, id uint64, method Op) *Stream {
 	return &Stream{
 		c: c, id: id, method: method,
 		in:   make(chan msgpack.RawMessage, c.l.cfg.StreamBuffer),
@@ -114,7 +114,7 @@ func newStream(c *conn, id uint64, method string) *Stream {
 }
 
 // Method is the method the stream was opened with.
-func (s *Stream) Method() string { return s.method }
+func (s *Stream) Method() Op { return s.method }
 
 // Peer is the node id at the other end.
 func (s *Stream) Peer() string { return s.c.peer }

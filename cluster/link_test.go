@@ -62,7 +62,7 @@ func TestLinkManyConcurrentCallsOneConnection(t *testing.T) {
 
 func TestLinkRemoteErrors(t *testing.T) {
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s",
-		Serve: func(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error) {
+		Serve: func(ctx context.Context, from string, method Op, body msgpack.RawMessage) (any, error) {
 			switch method {
 			case "stale":
 				return nil, WithCode("stale_epoch", errors.New("epoch 3 is older than 5"))
@@ -111,7 +111,7 @@ func TestLinkRemoteErrors(t *testing.T) {
 func TestLinkCallTimeoutCancelsServe(t *testing.T) {
 	served := make(chan error, 2)
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s",
-		Serve: func(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error) {
+		Serve: func(ctx context.Context, from string, method Op, body msgpack.RawMessage) (any, error) {
 			<-ctx.Done() // a slow handler: only the caller giving up ends it
 			served <- ctx.Err()
 			return nil, ctx.Err()
@@ -148,7 +148,7 @@ func TestLinkCallTimeoutCancelsServe(t *testing.T) {
 
 // streamEcho accepts "echo" streams: each value is sent back, and the
 // stream is closed when the opener closes it.
-func streamEcho(from, method string, body msgpack.RawMessage, s *Stream) {
+func streamEcho(from string, method Op, body msgpack.RawMessage, s *Stream) {
 	ctx := context.Background()
 	for {
 		v, err := s.Recv(ctx)
@@ -167,7 +167,7 @@ func TestLinkStreamsBothWaysInOrder(t *testing.T) {
 	// No flow control: a receiver must have room for what a sender may
 	// send ahead of it (here, everything).
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s", StreamBuffer: 4*n + 1,
-		Accept: func(from, method string, body msgpack.RawMessage, s *Stream) {
+		Accept: func(from string, method Op, body msgpack.RawMessage, s *Stream) {
 			if method == "push" { // the accepting side streams n values, then closes
 				var count int
 				_ = msgpack.Unmarshal(body, &count)
@@ -250,7 +250,7 @@ func TestLinkStreamOverflowResetsOnlyThatStream(t *testing.T) {
 	const buffer = 16
 	stalled := make(chan *Stream, 1)
 	b := startLink(t, "", LinkConfig{NodeID: "b", Secret: "s", StreamBuffer: buffer, Serve: echoServe,
-		Accept: func(from, method string, body msgpack.RawMessage, s *Stream) {
+		Accept: func(from string, method Op, body msgpack.RawMessage, s *Stream) {
 			if method == "stall" { // never reads
 				stalled <- s
 				<-s.Done()

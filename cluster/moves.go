@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -186,7 +187,7 @@ func (c *Cluster) takeOver() {
 	}
 	var work []string
 	_ = c.cfg.Store.ScanHeaders(c.ctx, func(h wal.Header) error {
-		if h.Owner != c.cfg.Self.ID && !h.Status.Terminal() && actor.HasWork(h) && c.Owns(h.SessionID) {
+		if h.Owner != c.cfg.Self.ID && !h.Status.Terminal() && machine.HasWork(h) && c.Owns(h.SessionID) {
 			work = append(work, h.SessionID)
 		}
 		return nil

@@ -4,22 +4,23 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
-// Methods of the node link.
+// Operations of the node link.
 const (
-	methodHead      = "head"      // headReq → headResp: a node's copy of a session, if any
-	methodRead      = "read"      // readReq → readResp: entries of a copy, for pulls and catch-ups
-	methodCopy      = "copy"      // wal.Copy → struct{}: replication (fenced)
-	methodSnapshot  = "snapshot"  // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
-	methodSession   = "session"   // stream: a client attached through another node
-	methodFence     = "fence"     // fenceReq → fenceResp: raise a copy's epoch, then report its head
-	methodStatus    = "status"    // struct{} → statusResp: the leader's probe of a member's link and Raft
-	methodReadIndex = "readindex" // struct{} → readIndexResp: at the leader, its confirmed commit index
-	methodAdopt     = "adopt"     // headReq → struct{}: at the owner, bring the session's copies onto its write set
-	methodLeave     = "leave"     // leaveReq → struct{}: at the leader, take a member out of the configuration
-	methodReport    = "report"    // reportReq → struct{}: at the leader, the caller's link to a member failed
+	methodHead      Op = "head"      // headReq → headResp: a node's copy of a session, if any
+	methodRead      Op = "read"      // readReq → readResp: entries of a copy, for pulls and catch-ups
+	methodCopy      Op = "copy"      // wal.Copy → struct{}: replication (fenced)
+	methodSnapshot  Op = "snapshot"  // snapshotReq → snapshotResp: GET /v1/sessions/{id} at the owner
+	methodSession   Op = "session"   // stream: a client attached through another node
+	methodFence     Op = "fence"     // fenceReq → fenceResp: raise a copy's epoch, then report its head
+	methodStatus    Op = "status"    // struct{} → statusResp: the leader's probe of a member's link and Raft
+	methodReadIndex Op = "readindex" // struct{} → readIndexResp: at the leader, its confirmed commit index
+	methodAdopt     Op = "adopt"     // headReq → struct{}: at the owner, bring the session's copies onto its write set
+	methodLeave     Op = "leave"     // leaveReq → struct{}: at the leader, take a member out of the configuration
+	methodReport    Op = "report"    // reportReq → struct{}: at the leader, the caller's link to a member failed
 )
 
 // Link error codes (link.WithCode) the other side maps to sentinels.
@@ -98,12 +99,12 @@ type snapshotResp struct {
 // sessionReq opens a forwarded session: a resume, or a create when Reason
 // is set.
 type sessionReq struct {
-	SID      string            `msgpack:"s"`
-	User     string            `msgpack:"u"`
-	LastSeq  uint64            `msgpack:"l"`
-	AuthTime time.Time         `msgpack:"a"`
-	Stream   *actor.StreamMark `msgpack:"m,omitempty"`
-	Reason   string            `msgpack:"r,omitempty"`
+	SID      string              `msgpack:"s"`
+	User     string              `msgpack:"u"`
+	LastSeq  uint64              `msgpack:"l"`
+	AuthTime time.Time           `msgpack:"a"`
+	Stream   *machine.StreamMark `msgpack:"m,omitempty"`
+	Reason   string              `msgpack:"r,omitempty"`
 	// Frames: the client's gateway takes frames encoded by the owner
 	// (outMsg.Frame).
 	Frames bool `msgpack:"f,omitempty"`
@@ -122,23 +123,23 @@ type sessionResult struct {
 // outMsg is one thing the owner's actor tells a client attached elsewhere:
 // exactly one field is set.
 type outMsg struct {
-	Session   *actor.SessionOut   `msgpack:"s,omitempty"`
-	Batch     *actor.BatchOut     `msgpack:"b,omitempty"`
-	Entry     *actor.EntryOut     `msgpack:"e,omitempty"`
-	Ack       *actor.AckOut       `msgpack:"a,omitempty"`
-	Context   *actor.ContextOut   `msgpack:"x,omitempty"`
-	Completed *actor.CompletedOut `msgpack:"d,omitempty"`
-	Error     *actor.ErrorOut     `msgpack:"r,omitempty"`
-	Delta     *actor.DeltaOut     `msgpack:"t,omitempty"`
-	Close     *closeMsg           `msgpack:"c,omitempty"`
+	Session   *machine.SessionOut   `msgpack:"s,omitempty"`
+	Batch     *machine.BatchOut     `msgpack:"b,omitempty"`
+	Entry     *machine.EntryOut     `msgpack:"e,omitempty"`
+	Ack       *machine.AckOut       `msgpack:"a,omitempty"`
+	Context   *machine.ContextOut   `msgpack:"x,omitempty"`
+	Completed *machine.CompletedOut `msgpack:"d,omitempty"`
+	Error     *machine.ErrorOut     `msgpack:"r,omitempty"`
+	Delta     *machine.DeltaOut     `msgpack:"t,omitempty"`
+	Close     *closeMsg             `msgpack:"c,omitempty"`
 	// Frame is a frame the owner encoded for the client (a history
 	// batch), sent only when the session was opened with Frames.
 	Frame []byte `msgpack:"f,omitempty"`
 }
 
 type closeMsg struct {
-	Why actor.CloseReason `msgpack:"w"`
-	Msg string            `msgpack:"m"`
+	Why machine.CloseReason `msgpack:"w"`
+	Msg string              `msgpack:"m"`
 }
 
 // opMsg is one thing the client does, sent by its gateway to the owner.
@@ -157,30 +158,30 @@ type opMsg struct {
 	Approved bool   `msgpack:"ap,omitempty"`
 }
 
-func outOf(o actor.Out) outMsg {
+func outOf(o machine.Out) outMsg {
 	switch o := o.(type) {
-	case *actor.SessionOut:
+	case *machine.SessionOut:
 		return outMsg{Session: o}
-	case *actor.BatchOut:
+	case *machine.BatchOut:
 		return outMsg{Batch: o}
-	case *actor.EntryOut:
+	case *machine.EntryOut:
 		return outMsg{Entry: o}
-	case *actor.AckOut:
+	case *machine.AckOut:
 		return outMsg{Ack: o}
-	case *actor.ContextOut:
+	case *machine.ContextOut:
 		return outMsg{Context: o}
-	case *actor.CompletedOut:
+	case *machine.CompletedOut:
 		return outMsg{Completed: o}
-	case *actor.ErrorOut:
+	case *machine.ErrorOut:
 		return outMsg{Error: o}
-	case *actor.DeltaOut:
+	case *machine.DeltaOut:
 		return outMsg{Delta: o}
 	}
-	return outMsg{Error: &actor.ErrorOut{Code: actor.CodeInternal, Message: "the owner sent something this node does not know"}}
+	return outMsg{Error: &machine.ErrorOut{Code: machine.CodeInternal, Message: "the owner sent something this node does not know"}}
 }
 
-// out is the actor.Out m carries, or nil for a close.
-func (m outMsg) out() actor.Out {
+// out is the machine.Out m carries, or nil for a close.
+func (m outMsg) out() machine.Out {
 	switch {
 	case m.Session != nil:
 		return m.Session

@@ -9,11 +9,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
 // serve answers the calls other nodes make on this one.
-func (c *Cluster) serve(ctx context.Context, from, method string, body msgpack.RawMessage) (any, error) {
+func (c *Cluster) serve(ctx context.Context, from string, method Op, body msgpack.RawMessage) (any, error) {
 	switch method {
 	case methodHead:
 		var req headReq
@@ -164,19 +165,19 @@ func withWalCode(err error) error {
 // withActorCode gives a registry error the link code the caller maps
 // back with actorErr.
 func withActorCode(err error) error {
-	var nr *actor.NotResumedError
+	var nr *machine.NotResumedError
 	switch {
 	case errors.As(err, &nr):
 		return WithCode("not_resumed:"+nr.Reason, err)
 	case errors.Is(err, actor.ErrNotFound):
 		return WithCode(codeNotFound, err)
-	case errors.Is(err, actor.ErrReauthRequired):
+	case errors.Is(err, machine.ErrReauthRequired):
 		return WithCode(codeReauth, err)
-	case errors.Is(err, actor.ErrBadLastSeq):
+	case errors.Is(err, machine.ErrBadLastSeq):
 		return WithCode(codeBadLastSeq, err)
 	case errors.Is(err, actor.ErrTooManySessions):
 		return WithCode(codeTooMany, err)
-	case errors.Is(err, actor.ErrTooManyConns):
+	case errors.Is(err, machine.ErrTooManyConns):
 		return WithCode(codeTooManyConn, err)
 	case errors.Is(err, wal.ErrExists):
 		return WithCode(codeExists, err)
@@ -191,19 +192,19 @@ func withActorCode(err error) error {
 // actorErr maps a link code back to the registry's error.
 func actorErr(code, msg string) error {
 	if reason, ok := cutPrefix(code, "not_resumed:"); ok {
-		return &actor.NotResumedError{Reason: reason}
+		return &machine.NotResumedError{Reason: reason}
 	}
 	switch code {
 	case codeNotFound:
 		return actor.ErrNotFound
 	case codeReauth:
-		return actor.ErrReauthRequired
+		return machine.ErrReauthRequired
 	case codeBadLastSeq:
-		return actor.ErrBadLastSeq
+		return machine.ErrBadLastSeq
 	case codeTooMany:
 		return actor.ErrTooManySessions
 	case codeTooManyConn:
-		return actor.ErrTooManyConns
+		return machine.ErrTooManyConns
 	case codeExists:
 		return wal.ErrExists
 	case codeClosed, codeUnavailable:

@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 )
 
 // maxStreamQueue bounds what waits to go to a client attached through
@@ -18,7 +19,7 @@ const maxStreamQueue = 1024
 
 // accept serves a session stream: a client attached to another node,
 // whose session this node owns.
-func (c *Cluster) accept(from, method string, body msgpack.RawMessage, s *Stream) {
+func (c *Cluster) accept(from string, method Op, body msgpack.RawMessage, s *Stream) {
 	defer s.Close()
 	if method != methodSession {
 		c.log.Warn("unknown stream", "method", method, "from", from)
@@ -69,7 +70,7 @@ func (c *Cluster) accept(from, method string, body msgpack.RawMessage, s *Stream
 	}
 }
 
-func (c *Cluster) openLocal(req sessionReq, conn actor.Conn) (*actor.Handle, error) {
+func (c *Cluster) openLocal(req sessionReq, conn machine.Conn) (*actor.Handle, error) {
 	reg, err := c.registry()
 	if err != nil {
 		return nil, actor.ErrClosed
@@ -116,14 +117,14 @@ func (c *Cluster) apply(h *actor.Handle, op opMsg) error {
 	return nil
 }
 
-// streamConn is the actor.Conn of a client attached through another node:
+// streamConn is the machine.Conn of a client attached through another node:
 // what the actor says is queued and sent over the stream by a goroutine
 // that runs while there is something to send (Deliver never blocks).
 type streamConn struct {
 	c *Cluster
 	s *Stream
 	// encode, when set, encodes history batches for the client here.
-	encode func(actor.Out) ([]byte, error)
+	encode func(machine.Out) ([]byte, error)
 
 	mu      sync.Mutex
 	queue   []outMsg
@@ -132,10 +133,10 @@ type streamConn struct {
 	dead    bool
 }
 
-var _ actor.Conn = (*streamConn)(nil)
+var _ machine.Conn = (*streamConn)(nil)
 
-func (sc *streamConn) Deliver(o actor.Out) {
-	if b, ok := o.(*actor.BatchOut); ok && sc.encode != nil {
+func (sc *streamConn) Deliver(o machine.Out) {
+	if b, ok := o.(*machine.BatchOut); ok && sc.encode != nil {
 		if f, err := sc.encode(b); err == nil {
 			sc.c.stats.frames.Add(1)
 			sc.push(outMsg{Frame: f})
@@ -147,7 +148,7 @@ func (sc *streamConn) Deliver(o actor.Out) {
 	sc.push(outOf(o))
 }
 
-func (sc *streamConn) Close(why actor.CloseReason, msg string) {
+func (sc *streamConn) Close(why machine.CloseReason, msg string) {
 	sc.push(outMsg{Close: &closeMsg{Why: why, Msg: msg}})
 }
 

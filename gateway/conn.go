@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -47,12 +48,12 @@ type conn struct {
 	// lastDelta is the newest queued frame when it is a delta the writer
 	// has not taken yet: the next part of the same reply is merged into
 	// it, so a client slower than the parts come gets fewer, larger ones.
-	lastDelta *actor.DeltaOut
+	lastDelta *machine.DeltaOut
 	writers   sync.WaitGroup
 
 	// Reader-owned. taken counts the messages read from gorilla (idle.go).
 	taken  uint64
-	sess   Session
+	sess   actor.Session
 	sid    string
 	userID string
 }
@@ -63,7 +64,7 @@ type closeReq struct {
 }
 
 var (
-	_ actor.Conn        = (*conn)(nil)
+	_ machine.Conn      = (*conn)(nil)
 	_ cluster.FrameConn = (*conn)(nil)
 )
 
@@ -82,8 +83,8 @@ func newConn(s *Server, ws *websocket.Conn) *conn {
 // Deliver encodes o and queues it. It never blocks: a client whose queue
 // would pass the byte budget fell too far behind, and it is closed with
 // 1013 once the frame being written is out (the log keeps everything).
-func (c *conn) Deliver(o actor.Out) {
-	if d, ok := o.(*actor.DeltaOut); ok && c.mergeDelta(d) {
+func (c *conn) Deliver(o machine.Out) {
+	if d, ok := o.(*machine.DeltaOut); ok && c.mergeDelta(d) {
 		return
 	}
 	b, bp, err := c.encode(o)
@@ -92,19 +93,19 @@ func (c *conn) Deliver(o actor.Out) {
 		c.closeWith(wire.CloseInternal, "internal error")
 		return
 	}
-	if e, ok := o.(*actor.ErrorOut); ok {
+	if e, ok := o.(*machine.ErrorOut); ok {
 		c.srv.metrics.errors.WithLabelValues(e.Code).Inc()
 	}
-	d, _ := o.(*actor.DeltaOut)
+	d, _ := o.(*machine.DeltaOut)
 	c.enqueue(b, bp, d)
 }
 
 // encode encodes o; the frames every send makes (its ack and entries) go
 // into pooled buffers, given back once written (a tenth of the server's
 // garbage under load was these frames).
-func (c *conn) encode(o actor.Out) ([]byte, *[]byte, error) {
+func (c *conn) encode(o machine.Out) ([]byte, *[]byte, error) {
 	switch o.(type) {
-	case *actor.EntryOut, *actor.AckOut:
+	case *machine.EntryOut, *machine.AckOut:
 		bp := c.srv.frames.Get().(*[]byte)
 		b, err := appendOut((*bp)[:0], o)
 		*bp = b
@@ -131,14 +132,14 @@ func (c *conn) DeliverFrame(b []byte) { c.enqueue(b, nil, nil) }
 
 // mergeDelta merges d into the queued delta it continues, if the newest
 // queued frame is one.
-func (c *conn) mergeDelta(d *actor.DeltaOut) bool {
+func (c *conn) mergeDelta(d *machine.DeltaOut) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ld := c.lastDelta
 	if ld == nil || c.closing || ld.Seq != d.Seq || ld.Part+1 != d.From || len(c.queue) == 0 {
 		return false
 	}
-	merged := &actor.DeltaOut{Seq: d.Seq, From: ld.From, Part: d.Part, Text: ld.Text + d.Text}
+	merged := &machine.DeltaOut{Seq: d.Seq, From: ld.From, Part: d.Part, Text: ld.Text + d.Text}
 	b, err := encodeOut(merged)
 	if err != nil {
 		return false
@@ -150,7 +151,7 @@ func (c *conn) mergeDelta(d *actor.DeltaOut) bool {
 }
 
 // enqueue queues frame b; bp, when not nil, is its pooled buffer.
-func (c *conn) enqueue(b []byte, bp *[]byte, d *actor.DeltaOut) {
+func (c *conn) enqueue(b []byte, bp *[]byte, d *machine.DeltaOut) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -176,20 +177,20 @@ func (c *conn) enqueue(b []byte, bp *[]byte, d *actor.DeltaOut) {
 	c.kick()
 }
 
-// Close is actor.Conn's: it maps why to the close code.
-func (c *conn) Close(why actor.CloseReason, msg string) {
+// Close is machine.Conn's: it maps why to the close code.
+func (c *conn) Close(why machine.CloseReason, msg string) {
 	c.closeWith(closeCode(why), msg)
 }
 
-func closeCode(why actor.CloseReason) int {
+func closeCode(why machine.CloseReason) int {
 	switch why {
-	case actor.CloseCompleted:
+	case machine.CloseCompleted:
 		return wire.CloseNormal
-	case actor.CloseSuperseded:
+	case machine.CloseSuperseded:
 		return wire.CloseSuperseded
-	case actor.CloseInternal:
+	case machine.CloseInternal:
 		return wire.CloseInternal
-	case actor.CloseUnavailable:
+	case machine.CloseUnavailable:
 		return wire.CloseTryAgain
 	}
 	return wire.CloseRestart
@@ -209,7 +210,7 @@ func (c *conn) closeWith(code int, reason string) {
 
 // fail reports a protocol error to the client and closes with code.
 func (c *conn) fail(code, msg string, closeCode int) {
-	c.Deliver(&actor.ErrorOut{Code: code, Message: msg})
+	c.Deliver(&machine.ErrorOut{Code: code, Message: msg})
 	c.closeWith(closeCode, msg)
 }
 

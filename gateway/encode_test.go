@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -21,15 +21,15 @@ func semantic(t *testing.T, b []byte) any {
 }
 
 // viaJSON is what encoding/json makes of the same frame.
-func viaJSON(t *testing.T, o actor.Out) []byte {
+func viaJSON(t *testing.T, o machine.Out) []byte {
 	t.Helper()
 	var v any
 	switch o := o.(type) {
-	case *actor.EntryOut:
+	case *machine.EntryOut:
 		v = MessageOf(o.Entry, "message")
-	case *actor.BatchOut:
+	case *machine.BatchOut:
 		v = batchFrame(o)
-	case *actor.DeltaOut:
+	case *machine.DeltaOut:
 		v = deltaFrame(o)
 	default:
 		t.Fatalf("no reference encoding for %T", o)
@@ -41,7 +41,7 @@ func viaJSON(t *testing.T, o actor.Out) []byte {
 	return b
 }
 
-func checkSame(t *testing.T, o actor.Out) {
+func checkSame(t *testing.T, o machine.Out) {
 	t.Helper()
 	fast, err := encodeOut(o)
 	if err != nil {
@@ -65,14 +65,14 @@ func TestFastEncodingMatchesJSON(t *testing.T) {
 			"nested": map[string]any{"a": []any{1.0, "x", false, nil, map[string]any{"deep": s}}},
 		}
 		e := wal.Entry{Seq: uint64(i + 1), Role: "user", Content: s, Time: floats[i%len(floats)], Metadata: md}
-		checkSame(t, &actor.EntryOut{Entry: e})
-		checkSame(t, &actor.EntryOut{Entry: wal.Entry{Seq: 9, Role: "agent", Content: s}})
-		checkSame(t, &actor.DeltaOut{Seq: 3, From: 0, Part: i, Text: s})
-		checkSame(t, &actor.DeltaOut{Seq: 3, From: i, Part: i + 2, Text: s})
-		checkSame(t, &actor.BatchOut{Messages: []wal.Entry{e, e}, Omitted: 7, Summary: s})
+		checkSame(t, &machine.EntryOut{Entry: e})
+		checkSame(t, &machine.EntryOut{Entry: wal.Entry{Seq: 9, Role: "agent", Content: s}})
+		checkSame(t, &machine.DeltaOut{Seq: 3, From: 0, Part: i, Text: s})
+		checkSame(t, &machine.DeltaOut{Seq: 3, From: i, Part: i + 2, Text: s})
+		checkSame(t, &machine.BatchOut{Messages: []wal.Entry{e, e}, Omitted: 7, Summary: s})
 	}
-	checkSame(t, &actor.BatchOut{})
-	if b, _ := encodeOut(&actor.AckOut{ID: awkward[2], Seq: 12}); !reflect.DeepEqual(semantic(t, b),
+	checkSame(t, &machine.BatchOut{})
+	if b, _ := encodeOut(&machine.AckOut{ID: awkward[2], Seq: 12}); !reflect.DeepEqual(semantic(t, b),
 		map[string]any{"type": "ack", "id": awkward[2], "seq": 12.0}) {
 		t.Fatalf("ack %s", b)
 	}
@@ -87,6 +87,6 @@ func FuzzFastEncoding(f *testing.F) {
 			return // encoding/json refuses them; the server never makes them
 		}
 		e := wal.Entry{Seq: 1, Role: "user", Content: s, Time: x, Metadata: map[string]any{s: x, "k": []any{s}}}
-		checkSame(t, &actor.EntryOut{Entry: e})
+		checkSame(t, &machine.EntryOut{Entry: e})
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/gateway/web"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -100,7 +101,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, actor.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no such session")
 		return
-	case errors.Is(err, actor.ErrReauthRequired):
+	case errors.Is(err, machine.ErrReauthRequired):
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "this session is sensitive: log in again to see it", "code": wire.CodeReauthRequired})
 		return
 	case errors.Is(err, ErrUnavailable):

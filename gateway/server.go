@@ -4,12 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"github.com/tether-dev/tether/actor/workers"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/tether-dev/tether/actor/workers"
 
 	"github.com/gorilla/websocket"
 
@@ -18,30 +19,12 @@ import (
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
-// Session is a connection's attached session. *actor.Handle supplies it
-// on one node; the cluster supplies one that forwards to the owner.
-type Session interface {
-	Send(ctx context.Context, id, content string, metadata map[string]any) error
-	History(ctx context.Context, before uint64, limit int) error
-	SetContext(ctx context.Context, set map[string]any) error
-	Complete(ctx context.Context) error
-	// Interrupt is Send that first cancels the running turn.
-	Interrupt(ctx context.Context, id, content string, metadata map[string]any) error
-	// Cancel stops the turn answering replyTo (0: the one running).
-	Cancel(ctx context.Context, replyTo uint64) error
-	// Approve decides on a tool call awaiting approval.
-	Approve(ctx context.Context, callID string, approved bool) error
-	// Detach says the connection is gone; it must not be lost and must
-	// not block.
-	Detach()
-}
-
 // Backend is where the gateway finds sessions. Resume, Create and
 // Snapshot follow the contracts of actor.Registry's methods of the same
 // names; NewID makes a fresh session id.
 type Backend interface {
-	Resume(ctx context.Context, req actor.ResumeRequest) (Session, error)
-	Create(ctx context.Context, req actor.CreateRequest) (Session, error)
+	Resume(ctx context.Context, req actor.ResumeRequest) (actor.Session, error)
+	Create(ctx context.Context, req actor.CreateRequest) (actor.Session, error)
 	NewID() string
 	Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error)
 }
@@ -354,7 +337,7 @@ func Local(r *actor.Registry) Backend { return local{r} }
 
 type local struct{ r *actor.Registry }
 
-func (l local) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
+func (l local) Resume(ctx context.Context, req actor.ResumeRequest) (actor.Session, error) {
 	h, err := l.r.Resume(ctx, req)
 	if err != nil {
 		return nil, err
@@ -362,7 +345,7 @@ func (l local) Resume(ctx context.Context, req actor.ResumeRequest) (Session, er
 	return h, nil
 }
 
-func (l local) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
+func (l local) Create(ctx context.Context, req actor.CreateRequest) (actor.Session, error) {
 	h, err := l.r.Create(ctx, req)
 	if err != nil {
 		return nil, err
@@ -376,30 +359,6 @@ func (l local) Snapshot(ctx context.Context, sid, user string, authTime time.Tim
 	return l.r.Snapshot(ctx, sid, user, authTime)
 }
 
-// Clustered adapts a cluster to a Backend: each session is served by its
+// Clustered is a cluster as a Backend: each session is served by its
 // owner, here or on another node.
-func Clustered(c *cluster.Cluster) Backend { return clustered{c} }
-
-type clustered struct{ c *cluster.Cluster }
-
-func (b clustered) Resume(ctx context.Context, req actor.ResumeRequest) (Session, error) {
-	s, err := b.c.Resume(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (b clustered) Create(ctx context.Context, req actor.CreateRequest) (Session, error) {
-	s, err := b.c.Create(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (b clustered) NewID() string { return b.c.NewID() }
-
-func (b clustered) Snapshot(ctx context.Context, sid, user string, authTime time.Time) (actor.Snapshot, error) {
-	return b.c.Snapshot(ctx, sid, user, authTime)
-}
+func Clustered(c *cluster.Cluster) Backend { return c }

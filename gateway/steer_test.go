@@ -98,7 +98,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 	c.send(map[string]any{"type": "cancel"})
 	failed, _ := c.until("the search's outcome", isMsg("tool"))
 	note, _ := c.until("the cancel note", isMsg("system"))
-	if md(failed)["status"] != "failed" || failed["content"] != actor.Cancelled || md(note)["cancelled"] != true || note["content"] != "cancelled" {
+	if md(failed)["status"] != "failed" || failed["content"] != engine.ResultCancelled || md(note)["cancelled"] != true || note["content"] != "cancelled" {
 		t.Fatalf("cancelled search: %v / %v", failed, note)
 	}
 

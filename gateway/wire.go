@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
@@ -19,7 +19,7 @@ func MessageOf(e wal.Entry, typ string) wire.Message {
 }
 
 // PendingOf converts the pending tool call, if any.
-func PendingOf(p *actor.ToolCall) *wire.PendingTool {
+func PendingOf(p *machine.ToolCall) *wire.PendingTool {
 	if p == nil {
 		return nil
 	}
@@ -41,34 +41,34 @@ func nonNil(m map[string]any) map[string]any {
 // EncodeFrame encodes o as the frame a client is sent; a cluster node
 // uses it to encode, for clients attached through other nodes, the frames
 // it passes on as they are (cluster.Config.EncodeFrame).
-func EncodeFrame(o actor.Out) ([]byte, error) { return encodeOut(o) }
+func EncodeFrame(o machine.Out) ([]byte, error) { return encodeOut(o) }
 
-func encodeOut(o actor.Out) ([]byte, error) { return appendOut(nil, o) }
+func encodeOut(o machine.Out) ([]byte, error) { return appendOut(nil, o) }
 
 // appendOut appends o's frame to b, which it grows once to the frame's
 // likely size (b may be a pooled buffer: conn.encode).
-func appendOut(b []byte, o actor.Out) ([]byte, error) {
+func appendOut(b []byte, o machine.Out) ([]byte, error) {
 	var v any
 	switch o := o.(type) {
-	case *actor.EntryOut:
+	case *machine.EntryOut:
 		return appendMessage(slices.Grow(b, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
-	case *actor.AckOut:
+	case *machine.AckOut:
 		return appendAck(slices.Grow(b, 48+len(o.ID)), o.ID, o.Seq), nil
-	case *actor.DeltaOut:
+	case *machine.DeltaOut:
 		return appendDelta(slices.Grow(b, 64+len(o.Text)), deltaFrame(o)), nil
-	case *actor.BatchOut:
+	case *machine.BatchOut:
 		return appendBatch(slices.Grow(b, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
-	case *actor.SessionOut:
+	case *machine.SessionOut:
 		v = wire.SessionFrame{
 			Type: wire.TypeSession, SessionID: o.SessionID, Resumed: o.Resumed, Reason: o.Reason,
 			Status: string(o.Status), LastSeq: o.LastSeq, WindowS: o.Window.Seconds(),
 			Context: nonNil(o.Context), PendingToolCall: PendingOf(o.Pending), Sensitive: o.Sensitive,
 		}
-	case *actor.ContextOut:
+	case *machine.ContextOut:
 		v = wire.ContextFrame{Type: wire.TypeContext, Context: nonNil(o.Context)}
-	case *actor.CompletedOut:
+	case *machine.CompletedOut:
 		v = wire.CompletedFrame{Type: wire.TypeCompleted, SessionID: o.SessionID}
-	case *actor.ErrorOut:
+	case *machine.ErrorOut:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: o.Code, Message: o.Message, ID: o.ID}
 	default:
 		v = wire.ErrorFrame{Type: wire.TypeError, Code: wire.CodeInternal, Message: "unknown server frame"}
@@ -81,7 +81,7 @@ func appendOut(b []byte, o actor.Out) ([]byte, error) {
 }
 
 // batchSize guesses a history_batch's encoded size, to allocate once.
-func batchSize(o *actor.BatchOut) int {
+func batchSize(o *machine.BatchOut) int {
 	n := 128 + len(o.Summary)
 	for i := range o.Messages {
 		n += 128 + len(o.Messages[i].Content)
@@ -89,7 +89,7 @@ func batchSize(o *actor.BatchOut) int {
 	return n
 }
 
-func batchFrame(o *actor.BatchOut) wire.HistoryBatch {
+func batchFrame(o *machine.BatchOut) wire.HistoryBatch {
 	b := wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: make([]wire.Message, len(o.Messages)), Omitted: o.Omitted}
 	for i, e := range o.Messages {
 		b.Messages[i] = MessageOf(e, "")
@@ -108,7 +108,7 @@ func batchFrame(o *actor.BatchOut) wire.HistoryBatch {
 // holds more than one part or starts the reply (part 0), so a client told
 // "from 0" drops whatever it held for that seq (a turn run again after a
 // crash starts over).
-func deltaFrame(o *actor.DeltaOut) wire.Delta {
+func deltaFrame(o *machine.DeltaOut) wire.Delta {
 	d := wire.Delta{Type: wire.TypeDelta, Seq: o.Seq, Part: o.Part, Text: o.Text}
 	if o.From != o.Part || o.From == 0 {
 		from := o.From

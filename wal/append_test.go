@@ -46,7 +46,7 @@ func TestCreateAppendClaim(t *testing.T) {
 	// header says epoch 99 and another owner: the log keeps its own.
 	base.Epoch, base.Owner = 99, "mallory"
 	b := batch(base, 1, 1, 3)
-	b.Sends = []Send{{"send-a", 1}, {"send-b", 3}}
+	b.Sends = []Send{{ID: "send-a", Seq: 1}, {ID: "send-b", Seq: 3}}
 	b.Entries[1].Metadata = map[string]any{"tool": "search"}
 	mustAppend(t, l, b)
 	mustAppend(t, l, batch(base, 1, 4, 4))
@@ -154,7 +154,7 @@ func TestAppendErrors(t *testing.T) {
 	base := activeHeader("a")
 	mustCreate(t, l, base)
 	b := batch(base, 1, 1, 5)
-	b.Sends = []Send{{"ok", 5}}
+	b.Sends = []Send{{ID: "ok", Seq: 5}}
 	b.Context = []byte("ctx-1")
 	mustAppend(t, l, b)
 
@@ -175,7 +175,7 @@ func TestAppendErrors(t *testing.T) {
 	// Every refused batch also carries a send id, a new context and a new
 	// status: none of it may land.
 	spoil := func(b Batch) Batch {
-		b.Sends = []Send{{"bad", 6}}
+		b.Sends = []Send{{ID: "bad", Seq: 6}}
 		b.Header.Status = StatusCompleted
 		b.Context = []byte("ctx-bad")
 		return b
@@ -408,7 +408,7 @@ func TestReopen(t *testing.T) {
 	}
 	for s := uint64(1); s <= 20; s += 4 {
 		b := batch(base, 1, s, s+3)
-		b.Sends = []Send{{fmt.Sprintf("send-%d", s), s}}
+		b.Sends = []Send{{ID: fmt.Sprintf("send-%d", s), Seq: s}}
 		mustAppend(t, l, b)
 	}
 	mustCreate(t, l, activeHeader("other"))

@@ -32,7 +32,7 @@ func TestAppendAsyncOrderOnceDurable(t *testing.T) {
 		go func() {
 			for s := uint64(1); s <= perSession; s++ {
 				b := batch(activeHeader(sid), 1, s, s)
-				b.Sends = []Send{{fmt.Sprint("send-", s), s}}
+				b.Sends = []Send{{ID: fmt.Sprint("send-", s), Seq: s}}
 				err := l.AppendAsync(ctx, ref(b), func(err error) {
 					mu.Lock()
 					got[sid] = append(got[sid], s)
@@ -176,13 +176,13 @@ func TestFailedRequestLeavesNothing(t *testing.T) {
 	before := l.Stats()
 	good := func(sid string) Batch {
 		b := batch(activeHeader(sid), 1, 1, 2)
-		b.Sends = []Send{{"s-" + sid, 2}}
+		b.Sends = []Send{{ID: "s-" + sid, Seq: 2}}
 		b.Context = []byte("new-" + sid)
 		return b
 	}
 	bad := batch(activeHeader("y"), 1, 2, 3)
 	bad.Entries[1].Metadata = map[string]any{"ch": make(chan int)} // msgpack cannot encode it
-	bad.Sends = []Send{{"s-y", 3}}
+	bad.Sends = []Send{{ID: "s-y", Seq: 3}}
 	bad.Context = []byte("new-y")
 	bad.Header.Status = StatusCompleted
 	rx, ry, rz := newAsync(), newAsync(), newAsync()

@@ -12,29 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Batch is one atomic append to a session: its new entries (possibly
-// none), the send ids they answer, the session's new header, and its
-// context when that changed.
-type Batch struct {
-	SessionID string
-	// Epoch must be the epoch the session was claimed with.
-	Epoch   uint64
-	Entries []Entry
-	Sends   []Send
-	// Header replaces the stored one; its LastSeq must equal the last
-	// entry's seq (or the previous LastSeq when Entries is empty). Its
-	// Epoch and Owner are set by the log.
-	Header Header
-	// Context, when non-nil, replaces the stored context.
-	Context []byte
-	// NoSync marks a batch a crash may lose without harm (a header-only
-	// status change on attach or detach): it gets no fsync of its own.
-	// It is written to Pebble's log in order, so any later fsynced write
-	// (and a clean Close) makes it durable too, and its done is still
-	// called in order with the others, once it is applied.
-	NoSync bool
-}
-
 type reqKind int
 
 const (

@@ -1,5 +1,7 @@
 // Package wal is Tether's durable store: the per-session log of entries,
 // each session's header and context, kept in an embedded Pebble database.
+// The records themselves (Entry, Header, Batch and their codecs) are
+// package wal/record's, named here too (records.go).
 //
 // Layout (all keys are bytes; sid is the session id, at most 64 bytes and
 // never containing 0x00):

@@ -33,7 +33,7 @@ func TestGroupCommitConcurrentSessions(t *testing.T) {
 			<-start
 			for s := uint64(1); s <= perSession; s++ {
 				b := batch(activeHeader(sid), 1, s, s)
-				b.Sends = []Send{{fmt.Sprint("send-", s), s}}
+				b.Sends = []Send{{ID: fmt.Sprint("send-", s), Seq: s}}
 				if err := l.Append(ctx, b); err != nil {
 					errs <- fmt.Errorf("%s seq %d: %w", sid, s, err)
 					return

@@ -235,15 +235,15 @@ func TestSendSeqAndScanSends(t *testing.T) {
 		mustCreate(t, l, activeHeader(sid))
 	}
 	b := batch(activeHeader("s"), 1, 1, 3)
-	b.Sends = []Send{{"send-a", 1}, {"send-b", 3}, {"", 2}, {"with\x00nul", 3}}
+	b.Sends = []Send{{ID: "send-a", Seq: 1}, {ID: "send-b", Seq: 3}, {ID: "", Seq: 2}, {ID: "with\x00nul", Seq: 3}}
 	mustAppend(t, l, b)
 	b = batch(activeHeader("s2"), 1, 1, 1)
-	b.Sends = []Send{{"other", 1}}
+	b.Sends = []Send{{ID: "other", Seq: 1}}
 	mustAppend(t, l, b)
 	// A later append may name the same id again (a retried send answered
 	// by a new entry): the newest wins.
 	b = batch(activeHeader("s"), 1, 4, 4)
-	b.Sends = []Send{{"send-a", 4}}
+	b.Sends = []Send{{ID: "send-a", Seq: 4}}
 	mustAppend(t, l, b)
 
 	want := map[string]uint64{"send-a": 4, "send-b": 3, "": 2, "with\x00nul": 3}

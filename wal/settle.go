@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // A session's header changes with every append only in the fields its
@@ -62,7 +64,7 @@ func settle(r pebble.Reader, h *Header) error {
 	// The time is the last entry's; one that cannot be read (it reads
 	// back as a stand-in) leaves the header's.
 	if v, err := it.ValueAndErr(); err == nil {
-		if e, err := decodeEntry(v); err == nil && e.Time > 0 {
+		if e, err := record.DecodeEntry(v); err == nil && e.Time > 0 {
 			if t := entryTime(e); t.After(h.LastActiveAt) {
 				h.LastActiveAt = t
 			}

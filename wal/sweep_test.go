@@ -45,7 +45,7 @@ func fillSession(tb testing.TB, l *Log, h Header, n uint64, keepClaim bool) {
 	if n > 0 {
 		b := batch(h, 1, 1, n)
 		for s := uint64(1); s <= n; s++ {
-			b.Sends = append(b.Sends, Send{fmt.Sprint("send-", s), s})
+			b.Sends = append(b.Sends, Send{ID: fmt.Sprint("send-", s), Seq: s})
 		}
 		mustAppend(tb, l, b)
 	}

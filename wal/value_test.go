@@ -8,55 +8,9 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tether-dev/tether/wal/record/recordtest"
 )
-
-// nest wraps leaf in depth levels of maps and arrays, alternating (maps
-// on even levels when mapsFirst), each level also holding a scalar.
-func nest(depth int, mapsFirst bool, leaf any) any {
-	v := leaf
-	for i := depth - 1; i >= 0; i-- {
-		if (i%2 == 0) == mapsFirst {
-			v = map[string]any{"k": v, "n": float64(i)}
-		} else {
-			v = []any{"s", v}
-		}
-	}
-	return v
-}
-
-// depthOf counts levels as CheckValue does: a map or array holding only
-// scalars is one level.
-func depthOf(v any) int {
-	d := 0
-	switch v := v.(type) {
-	case map[string]any:
-		for _, x := range v {
-			d = max(d, depthOf(x))
-		}
-		return d + 1
-	case []any:
-		for _, x := range v {
-			d = max(d, depthOf(x))
-		}
-		return d + 1
-	}
-	return 0
-}
-
-// sameJSON reports whether a and b encode to the same JSON (maps sorted),
-// which is what a client gets back.
-func sameJSON(tb testing.TB, a, b any) bool {
-	tb.Helper()
-	ja, err := json.Marshal(a)
-	if err != nil {
-		tb.Fatalf("json.Marshal(%v): %v", a, err)
-	}
-	jb, err := json.Marshal(b)
-	if err != nil {
-		tb.Fatalf("json.Marshal(%v): %v", b, err)
-	}
-	return string(ja) == string(jb)
-}
 
 func TestCheckValue(t *testing.T) {
 	ok := []any{
@@ -79,15 +33,15 @@ func TestCheckValue(t *testing.T) {
 	for _, mapsFirst := range []bool{true, false} {
 		for _, leaf := range []any{1.0, map[string]any{}, []any{}} {
 			// An empty map or array is a level of its own.
-			extra := depthOf(leaf)
-			at := nest(MaxValueDepth-extra, mapsFirst, leaf)
-			if d := depthOf(at); d != MaxValueDepth {
+			extra := recordtest.DepthOf(leaf)
+			at := recordtest.Nest(MaxValueDepth-extra, mapsFirst, leaf)
+			if d := recordtest.DepthOf(at); d != MaxValueDepth {
 				t.Fatalf("test value has depth %d", d)
 			}
 			if err := CheckValue(at); err != nil {
 				t.Errorf("CheckValue at MaxValueDepth (maps first %v, leaf %v): %v", mapsFirst, leaf, err)
 			}
-			if err := CheckValue(nest(MaxValueDepth+1-extra, mapsFirst, leaf)); !errors.Is(err, ErrValueTooDeep) {
+			if err := CheckValue(recordtest.Nest(MaxValueDepth+1-extra, mapsFirst, leaf)); !errors.Is(err, ErrValueTooDeep) {
 				t.Errorf("CheckValue at MaxValueDepth+1 (maps first %v, leaf %v): %v, want ErrValueTooDeep", mapsFirst, leaf, err)
 			}
 		}
@@ -95,28 +49,28 @@ func TestCheckValue(t *testing.T) {
 	// Depth is the deepest branch, not the sum.
 	wide := map[string]any{}
 	for i := range 100 {
-		wide[fmt.Sprint(i)] = nest(MaxValueDepth-1, i%2 == 0, "x")
+		wide[fmt.Sprint(i)] = recordtest.Nest(MaxValueDepth-1, i%2 == 0, "x")
 	}
 	if err := CheckValue(wide); err != nil {
 		t.Errorf("CheckValue of 100 branches at MaxValueDepth: %v", err)
 	}
-	wide["deep"] = nest(MaxValueDepth, true, "x")
+	wide["deep"] = recordtest.Nest(MaxValueDepth, true, "x")
 	if err := CheckValue(wide); !errors.Is(err, ErrValueTooDeep) {
 		t.Errorf("CheckValue with one branch too deep: %v", err)
 	}
 }
 
 // The door rule fits the reader: what CheckValue lets in, the log stores
-// and reads back equal, and the reader's own nesting limit (maxDepth) has
+// and reads back equal, and the reader's own nesting limit (MaxReadDepth) has
 // room for it inside the log's envelope.
 func TestDoorRuleFitsReader(t *testing.T) {
-	if maxDepth <= MaxValueDepth+valueEnvelope {
-		t.Fatalf("reader limit %d is not above MaxValueDepth %d + envelope %d", maxDepth, MaxValueDepth, valueEnvelope)
+	if MaxReadDepth <= MaxValueDepth+ValueEnvelope {
+		t.Fatalf("reader limit %d is not above MaxValueDepth %d + envelope %d", MaxReadDepth, MaxValueDepth, ValueEnvelope)
 	}
 	var deepest []any
 	for _, mapsFirst := range []bool{true, false} {
 		for _, leaf := range []any{"leaf", map[string]any{}, []any{}} {
-			v := nest(MaxValueDepth-depthOf(leaf), mapsFirst, leaf)
+			v := recordtest.Nest(MaxValueDepth-recordtest.DepthOf(leaf), mapsFirst, leaf)
 			if err := CheckValue(v); err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +101,7 @@ func TestDoorRuleFitsReader(t *testing.T) {
 			if err != nil {
 				t.Fatalf("value %d: DecodeEntry of what the door allows: %v", i, err)
 			}
-			if !sameJSON(t, got.Metadata, m) {
+			if !recordtest.SameJSON(t, got.Metadata, m) {
 				t.Fatalf("value %d: DecodeEntry changed the metadata", i)
 			}
 
@@ -156,7 +110,7 @@ func TestDoorRuleFitsReader(t *testing.T) {
 			bt.Entries[0].Metadata = m
 			mustAppend(t, l, bt)
 			es := mustRead(t, l, "deep", seq, seq+1, 1, false)
-			if len(es) != 1 || isUnreadable(es[0]) || !sameJSON(t, es[0].Metadata, m) {
+			if len(es) != 1 || isUnreadable(es[0]) || !recordtest.SameJSON(t, es[0].Metadata, m) {
 				t.Fatalf("value %d: read back %+v", i, es)
 			}
 		}
@@ -169,7 +123,7 @@ func TestDoorRuleFitsReader(t *testing.T) {
 	// entry's metadata (itself two levels: the entry and its metadata),
 	// still decodes.
 	wrapped := deepest[0]
-	for range valueEnvelope {
+	for range ValueEnvelope {
 		wrapped = map[string]any{"w": wrapped}
 	}
 	e := entry(1)
@@ -181,8 +135,8 @@ func TestDoorRuleFitsReader(t *testing.T) {
 	// And the reader does have a limit: find it, and check it is above the
 	// door's depth plus the envelope and the entry around it.
 	limit := 0
-	for d := 1; d < 4*maxDepth; d++ {
-		e.Metadata = map[string]any{"v": nest(d, true, "x")}
+	for d := 1; d < 4*MaxReadDepth; d++ {
+		e.Metadata = map[string]any{"v": recordtest.Nest(d, true, "x")}
 		if _, err := DecodeEntry(mustEncode(t, e)); err != nil {
 			if !strings.Contains(err.Error(), "deep") {
 				t.Fatalf("DecodeEntry at depth %d: %v", d, err)
@@ -195,9 +149,9 @@ func TestDoorRuleFitsReader(t *testing.T) {
 		t.Fatal("DecodeEntry has no nesting limit")
 	}
 	t.Logf("deepest metadata value the reader takes: %d levels (door: %d)", limit, MaxValueDepth)
-	if limit < MaxValueDepth+valueEnvelope {
+	if limit < MaxValueDepth+ValueEnvelope {
 		t.Fatalf("the reader takes metadata values of %d levels, the door lets in %d plus an envelope of %d",
-			limit, MaxValueDepth, valueEnvelope)
+			limit, MaxValueDepth, ValueEnvelope)
 	}
 }
 
@@ -234,8 +188,8 @@ func TestValueSize(t *testing.T) {
 		}
 	}
 	// It grows with the value and never allocates.
-	v := nest(MaxValueDepth, true, strings.Repeat("y", 100))
-	if ValueSize(v) <= ValueSize(nest(MaxValueDepth-1, true, strings.Repeat("y", 100))) {
+	v := recordtest.Nest(MaxValueDepth, true, strings.Repeat("y", 100))
+	if ValueSize(v) <= ValueSize(recordtest.Nest(MaxValueDepth-1, true, strings.Repeat("y", 100))) {
 		t.Error("ValueSize does not grow with depth")
 	}
 	if n := testing.AllocsPerRun(100, func() { ValueSize(v) }); n != 0 {
@@ -263,7 +217,7 @@ func TestMetadataNumbersRoundTrip(t *testing.T) {
 	b.Entries[0].Metadata = m
 	mustAppend(t, l, b)
 	got := mustRead(t, l, "n", 1, 2, 1, false)[0].Metadata
-	if !sameJSON(t, got, m) {
+	if !recordtest.SameJSON(t, got, m) {
 		t.Fatalf("metadata %v came back as %v", m, got)
 	}
 	if _, ok := got["i"].(float64); !ok {

@@ -66,8 +66,8 @@ func (d *Demo) Next(_ context.Context, in TurnInput) (Action, error) {
 		return Action{Call: &Call{Name: "search", Args: map[string]any{"query": text}}}, nil
 	}
 	last := in.Steps[len(in.Steps)-1]
-	name, _ := last.Metadata["name"].(string)
-	switch status, _ := last.Metadata["status"].(string); status {
+	name, _ := last.Metadata[MetaName].(string)
+	switch status, _ := last.Metadata[MetaStatus].(string); status {
 	case ToolFailed:
 		return Action{Reply: fmt.Sprintf("The %s for %q did not finish (%s); ask again if you still need it.", name, text, last.Content)}, nil
 	case ToolDenied:

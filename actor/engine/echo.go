@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // Echo is the default engine: it answers every message at once.
@@ -17,7 +17,7 @@ func (e Echo) Next(_ context.Context, in TurnInput) (Action, error) {
 }
 
 // Answer is "Agent reply: <text>".
-func (Echo) Answer(user wal.Entry) string { return "Agent reply: " + user.Content }
+func (Echo) Answer(user record.Entry) string { return "Agent reply: " + user.Content }
 
 // Tool reports that echo has no tools.
 func (Echo) Tool(string) (Tool, bool) { return Tool{}, false }

@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // Engine is an agent: given a turn so far it decides the next step. It
@@ -69,7 +69,7 @@ type CallInput struct {
 // the client in one write. Answer must not block or have side effects.
 type Instant interface {
 	Engine
-	Answer(user wal.Entry) string
+	Answer(user record.Entry) string
 }
 
 // TurnInput is what an engine sees.
@@ -78,11 +78,11 @@ type TurnInput struct {
 	// UserID is the session's user (the token's sub).
 	UserID string
 	// User is the user entry this turn answers.
-	User wal.Entry
+	User record.Entry
 	// Steps are the tool entries already logged in this turn, oldest first.
-	Steps []wal.Entry
+	Steps []record.Entry
 	// History holds up to HistoryLen entries before User, oldest first.
-	History []wal.Entry
+	History []record.Entry
 	// Summary describes the entries before History, when there are any
 	// (how many, and how they began): what stands in for a conversation
 	// longer than an engine is shown.

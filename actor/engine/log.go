@@ -6,7 +6,7 @@ import "unicode/utf8"
 // reads back from TurnInput. PROTOCOL.md shows the same words to clients;
 // gateway/wire's test pins them to it.
 
-// Entry roles (wal.Entry.Role).
+// Entry roles (record.Entry.Role).
 const (
 	RoleUser   = "user"
 	RoleAgent  = "agent"
@@ -14,7 +14,7 @@ const (
 	RoleSystem = "system"
 )
 
-// Metadata keys of entries (wal.Entry.Metadata).
+// Metadata keys of entries (record.Entry.Metadata).
 const (
 	// MetaID is a user entry's send id (the client's `id`).
 	MetaID = "id"
@@ -34,6 +34,16 @@ const (
 	MetaBy = "by"
 	// MetaCancelled marks the entry of a turn the user cancelled.
 	MetaCancelled = "cancelled"
+)
+
+// Results the actor logs itself: ResultInterrupted for a call a crash
+// cut short that may not run again (not idempotent, or run twice
+// already), ResultCancelled for a call a cancel cut short, which is also
+// the content of the system entry of a cancelled turn that showed no
+// text.
+const (
+	ResultInterrupted = "interrupted"
+	ResultCancelled   = "cancelled"
 )
 
 // Tool entry statuses (metadata.status), as PROTOCOL.md names them.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/node"
 )
@@ -227,7 +227,7 @@ func (ws load) stopSettled(t testing.TB, c *tcluster) {
 	for _, w := range ws {
 		eventually(t, "the last turn of "+w.sid, func() bool {
 			h, ok := header(owner(t, w.sid, c.live()...), w.sid)
-			return ok && !actor.HasWork(h)
+			return ok && !machine.HasWork(h)
 		})
 	}
 }

@@ -6,23 +6,24 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/machine"
 )
 
-// outConn is a plain actor.Conn (not a cluster.FrameConn): what it is
+// outConn is a plain machine.Conn (not a cluster.FrameConn): what it is
 // delivered, as actor values.
 type outConn struct {
 	mu   sync.Mutex
-	outs []actor.Out
+	outs []machine.Out
 }
 
-func (c *outConn) Deliver(o actor.Out)             { c.mu.Lock(); c.outs = append(c.outs, o); c.mu.Unlock() }
-func (c *outConn) Close(actor.CloseReason, string) {}
+func (c *outConn) Deliver(o machine.Out)             { c.mu.Lock(); c.outs = append(c.outs, o); c.mu.Unlock() }
+func (c *outConn) Close(machine.CloseReason, string) {}
 
-func (c *outConn) batch() *actor.BatchOut {
+func (c *outConn) batch() *machine.BatchOut {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, o := range c.outs {
-		if b, ok := o.(*actor.BatchOut); ok {
+		if b, ok := o.(*machine.BatchOut); ok {
 			return b
 		}
 	}

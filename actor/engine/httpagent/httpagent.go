@@ -176,7 +176,7 @@ type toolRequest struct {
 func stepsMade(steps []wal.Entry) int {
 	n := 0
 	for _, e := range steps {
-		s, _ := e.Metadata["status"].(string)
+		s, _ := e.Metadata[engine.MetaStatus].(string)
 		if e.Role != engine.RoleTool {
 			continue
 		}
@@ -191,7 +191,7 @@ func stepsMade(steps []wal.Entry) int {
 // approval (the call was counted at its awaiting_approval entry).
 func approvedBefore(steps []wal.Entry, e wal.Entry) bool {
 	for _, p := range steps {
-		if p.Seq < e.Seq && p.Metadata["call_id"] == e.Metadata["call_id"] && p.Metadata["status"] == engine.ToolApproved {
+		if p.Seq < e.Seq && p.Metadata[engine.MetaCallID] == e.Metadata[engine.MetaCallID] && p.Metadata[engine.MetaStatus] == engine.ToolApproved {
 			return true
 		}
 	}
@@ -203,9 +203,9 @@ func approvedBefore(steps []wal.Entry, e wal.Entry) bool {
 func (a *Agent) Stream(ctx context.Context, in engine.TurnInput, part func(string)) (engine.Action, error) {
 	if n := len(in.Steps); n > 0 {
 		last := in.Steps[n-1]
-		if s, _ := last.Metadata["status"].(string); last.Role == engine.RoleTool && s == engine.ToolFailed {
+		if s, _ := last.Metadata[engine.MetaStatus].(string); last.Role == engine.RoleTool && s == engine.ToolFailed {
 			if why, ok := strings.CutPrefix(last.Content, toolFailure); ok {
-				name, _ := last.Metadata["name"].(string)
+				name, _ := last.Metadata[engine.MetaName].(string)
 				return engine.Action{}, fmt.Errorf("tool request for %s: %s", name, why)
 			}
 		}

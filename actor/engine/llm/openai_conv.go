@@ -153,7 +153,7 @@ func callArgsByID(lists ...[]wal.Entry) map[string]string {
 			if st := mdStr(e, "status"); e.Role != engine.RoleTool || st != engine.ToolStarted && st != engine.ToolAwaitingApproval {
 				continue
 			}
-			b, err := json.Marshal(jsonable(e.Metadata["args"]))
+			b, err := json.Marshal(jsonable(e.Metadata[engine.MetaArgs]))
 			if err != nil || string(b) == "null" {
 				b = []byte("{}")
 			}

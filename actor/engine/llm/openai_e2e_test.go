@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -30,15 +31,15 @@ func newOAIConn() *oaiConn {
 	return &oaiConn{changed: make(chan struct{}, 1), delta: make(chan struct{})}
 }
 
-func (c *oaiConn) Deliver(o actor.Out) {
-	if _, ok := o.(*actor.DeltaOut); ok {
+func (c *oaiConn) Deliver(o machine.Out) {
+	if _, ok := o.(*machine.DeltaOut); ok {
 		c.mu.Lock()
 		if c.deltas++; c.deltas == 1 {
 			close(c.delta)
 		}
 		c.mu.Unlock()
 	}
-	if e, ok := o.(*actor.EntryOut); ok {
+	if e, ok := o.(*machine.EntryOut); ok {
 		c.mu.Lock()
 		c.entries = append(c.entries, e.Entry)
 		c.mu.Unlock()
@@ -49,7 +50,7 @@ func (c *oaiConn) Deliver(o actor.Out) {
 	}
 }
 
-func (c *oaiConn) Close(actor.CloseReason, string) {}
+func (c *oaiConn) Close(machine.CloseReason, string) {}
 
 // wait waits for ch to be closed.
 func wait(t *testing.T, what string, ch <-chan struct{}) {

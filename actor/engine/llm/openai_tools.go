@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
+
 	"github.com/tether-dev/tether/actor/engine"
 )
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/engine/llm"
 )

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/engine/llm"
 )

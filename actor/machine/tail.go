@@ -1,11 +1,11 @@
-package actor
+package machine
 
-import "github.com/tether-dev/tether/wal"
+import "github.com/tether-dev/tether/wal/record"
 
 // tail is the newest durable entries of a session, in memory: what a turn
 // reads and what a resume replays, so that neither touches the store in
 // the common case. It holds at most maxEntries entries and maxBytes bytes
-// (by wal.Entry.Size), but always the newest entry. Entries enter only
+// (by record.Entry.Size), but always the newest entry. Entries enter only
 // once they are durable (the actor's unstable entries wait in front of it,
 // as raft's unstable log waits in front of its Storage), and leave from the
 // old end.
@@ -16,22 +16,22 @@ import "github.com/tether-dev/tether/wal"
 // grows by doubling up to maxEntries, so a session with a short log holds
 // a small one.
 type tail struct {
-	ring       []wal.Entry // len(ring) is the capacity; held: n from head on
-	sizes      []int       // wal.Entry.Size of each slot's entry, computed once
+	ring       []record.Entry // len(ring) is the capacity; held: n from head on
+	sizes      []int          // record.Entry.Size of each slot's entry, computed once
 	head, n    int
 	bytes      int
 	maxEntries int
 	maxBytes   int
 	// evicted is told of each entry pushed out of the old end.
-	evicted func(wal.Entry)
+	evicted func(record.Entry)
 }
 
-func newTail(maxEntries, maxBytes int, evicted func(wal.Entry)) tail {
+func newTail(maxEntries, maxBytes int, evicted func(record.Entry)) tail {
 	return tail{maxEntries: max(maxEntries, 1), maxBytes: maxBytes, evicted: evicted}
 }
 
 // at returns the i-th held entry, oldest first.
-func (t *tail) at(i int) *wal.Entry { return &t.ring[(t.head+i)%len(t.ring)] }
+func (t *tail) at(i int) *record.Entry { return &t.ring[(t.head+i)%len(t.ring)] }
 
 func (t *tail) len() int { return t.n }
 
@@ -52,7 +52,7 @@ func (t *tail) last() uint64 {
 
 // add appends durable entries, which must follow the newest held one (or,
 // when the tail is empty, may start anywhere).
-func (t *tail) add(es ...wal.Entry) {
+func (t *tail) add(es ...record.Entry) {
 	for _, e := range es {
 		if t.n > 0 && e.Seq != t.last()+1 {
 			// Cannot happen: appends complete in order. Start over rather
@@ -80,7 +80,7 @@ func (t *tail) add(es ...wal.Entry) {
 // start.
 func (t *tail) grow() {
 	size := min(max(2*len(t.ring), 2), t.maxEntries)
-	ring, sizes := make([]wal.Entry, size), make([]int, size)
+	ring, sizes := make([]record.Entry, size), make([]int, size)
 	for i := range t.n {
 		j := (t.head + i) % len(t.ring)
 		ring[i], sizes[i] = t.ring[j], t.sizes[j]
@@ -96,7 +96,7 @@ func (t *tail) drop() {
 	if t.evicted != nil {
 		t.evicted(*e)
 	}
-	*e = wal.Entry{}
+	*e = record.Entry{}
 	t.head = (t.head + 1) % len(t.ring)
 	t.n--
 }
@@ -106,7 +106,7 @@ func (t *tail) reset() {
 }
 
 // appendSpan appends the held entries with lo <= seq < hi to out.
-func (t *tail) appendSpan(out []wal.Entry, lo, hi uint64) []wal.Entry {
+func (t *tail) appendSpan(out []record.Entry, lo, hi uint64) []record.Entry {
 	if t.n == 0 || hi <= lo {
 		return out
 	}
@@ -120,15 +120,15 @@ func (t *tail) appendSpan(out []wal.Entry, lo, hi uint64) []wal.Entry {
 
 // span returns a copy of the held entries with lo <= seq < hi (nil when
 // there are none).
-func (t *tail) span(lo, hi uint64) []wal.Entry { return t.appendSpan(nil, lo, hi) }
+func (t *tail) span(lo, hi uint64) []record.Entry { return t.appendSpan(nil, lo, hi) }
 
 // all returns a copy of every held entry, oldest first.
-func (t *tail) all() []wal.Entry { return t.span(t.first(), t.last()+1) }
+func (t *tail) all() []record.Entry { return t.span(t.first(), t.last()+1) }
 
 // get returns the entry with seq, if held.
-func (t *tail) get(seq uint64) (wal.Entry, bool) {
+func (t *tail) get(seq uint64) (record.Entry, bool) {
 	if t.n == 0 || seq < t.first() || seq > t.last() {
-		return wal.Entry{}, false
+		return record.Entry{}, false
 	}
 	return *t.at(int(seq - t.first())), true
 }

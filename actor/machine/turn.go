@@ -1,4 +1,4 @@
-package actor
+package machine
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/tether-dev/tether/actor/engine"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // maxReruns is how often an idempotent call cut short by a crash is run
@@ -20,32 +20,28 @@ const maxReruns = 1
 // end.
 const maxSteps = 32
 
-// interrupted is the result logged for a non-idempotent call that a crash
-// cut short.
-const interrupted = "interrupted"
-
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // next makes the session's next entry; the seq is taken here and nowhere
 // else.
-func (s *Session) next(role, content string, md map[string]any, now time.Time) wal.Entry {
+func (s *Machine) next(role, content string, md map[string]any, now time.Time) record.Entry {
 	s.hdr.LastSeq++
 	s.hdr.LastActiveAt = now
-	return wal.Entry{Seq: s.hdr.LastSeq, Role: role, Content: content, Time: unixSeconds(now), Metadata: md}
+	return record.Entry{Seq: s.hdr.LastSeq, Role: role, Content: content, Time: unixSeconds(now), Metadata: md}
 }
 
-func (s *Session) toolEntry(c ToolCall, status, result string, now time.Time) wal.Entry {
-	md := map[string]any{"call_id": c.CallID, "name": c.Name, "status": status, "reply_to": c.ReplyTo}
+func (s *Machine) toolEntry(c ToolCall, status, result string, now time.Time) record.Entry {
+	md := map[string]any{engine.MetaCallID: c.CallID, engine.MetaName: c.Name, engine.MetaStatus: status, engine.MetaReplyTo: c.ReplyTo}
 	if status == engine.ToolStarted {
-		md["args"] = c.Args
+		md[engine.MetaArgs] = c.Args
 	} else {
-		md["result"] = result
+		md[engine.MetaResult] = result
 	}
 	return s.next(engine.RoleTool, result, md, now)
 }
 
 // log appends entries and emits their delivery once durable.
-func (s *Session) log(entries ...wal.Entry) {
+func (s *Machine) log(entries ...record.Entry) {
 	s.appendBatch(entries, nil, false)
 	for _, e := range entries {
 		s.deliver(&EntryOut{Entry: e})
@@ -54,7 +50,7 @@ func (s *Session) log(entries ...wal.Entry) {
 
 // start resumes whatever a crash or a passivation left half done: a tool
 // call that was started but has no result, or turns still owed.
-func (s *Session) start(now time.Time) {
+func (s *Machine) start(now time.Time) {
 	if s.hdr.Status.Terminal() {
 		return
 	}
@@ -69,10 +65,10 @@ func (s *Session) start(now time.Time) {
 			p.Attempts++
 			s.stateDirty, s.busy = true, true
 			s.appendBatch(nil, nil, false)
-			s.emit(effRunTool{call: *p})
+			s.emit(RunTool{Call: *p})
 			return
 		}
-		e := s.toolEntry(*p, engine.ToolFailed, interrupted, now)
+		e := s.toolEntry(*p, engine.ToolFailed, engine.ResultInterrupted, now)
 		s.st.Pending = nil
 		s.st.Steps = append(s.st.Steps, e.Seq)
 		s.stateDirty, s.busy = true, true
@@ -86,66 +82,66 @@ func (s *Session) start(now time.Time) {
 	}
 }
 
-func (s *Session) send(ev evSend, now time.Time) {
-	if seq, ok := s.sends.seen(ev.id); ok {
-		s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: seq})
+func (s *Machine) send(ev Send, now time.Time) {
+	if seq, ok := s.sends.seen(ev.ID); ok {
+		s.deliverTo(ev.Conn, &AckOut{ID: ev.ID, Seq: seq})
 		return
 	}
-	if s.sends.mayBeOlder(ev.id) {
-		s.now(effLookupSend{send: ev})
+	if s.sends.mayBeOlder(ev.ID) {
+		s.now(LookupSend{Send: ev})
 		return
 	}
 	s.newSend(ev, now)
 }
 
-func (s *Session) sendChecked(ev evSendChecked, now time.Time) {
-	if ev.found {
-		s.deliverTo(ev.send.conn, &AckOut{ID: ev.send.id, Seq: ev.seq})
+func (s *Machine) sendChecked(ev SendChecked, now time.Time) {
+	if ev.Found {
+		s.deliverTo(ev.Send.Conn, &AckOut{ID: ev.Send.ID, Seq: ev.Seq})
 		return
 	}
-	s.newSend(ev.send, now)
+	s.newSend(ev.Send, now)
 }
 
-func (s *Session) newSend(ev evSend, now time.Time) {
-	if ev.interrupt {
+func (s *Machine) newSend(ev Send, now time.Time) {
+	if ev.Interrupt {
 		s.cancel(0, now) // the running turn ends before this one is queued
 	}
 	if len(s.st.Turns) >= s.cfg.MaxTurns {
-		s.deliverTo(ev.conn, &ErrorOut{Code: CodeRateLimited, ID: ev.id, Message: fmt.Sprintf(
+		s.deliverTo(ev.Conn, &ErrorOut{Code: CodeRateLimited, ID: ev.ID, Message: fmt.Sprintf(
 			"the agent is busy: %d messages are waiting for an answer; send again later", len(s.st.Turns))})
 		return
 	}
-	md := maps.Clone(ev.metadata)
+	md := maps.Clone(ev.Metadata)
 	if md == nil {
 		md = make(map[string]any, 1)
 	}
-	md["id"] = ev.id
+	md[engine.MetaID] = ev.ID
 	// A reply being streamed ends here: its text so far is its entry, and
 	// the send takes the seq after it (the rest of the reply, a later one).
-	var entries []wal.Entry
+	var entries []record.Entry
 	if s.reply != nil {
 		entries = s.endReply(s.st.Turns[0], now)
 	}
-	e := s.next(engine.RoleUser, ev.content, md, now)
+	e := s.next(engine.RoleUser, ev.Content, md, now)
 	entries = append(entries, e)
-	s.sends.add(ev.id, e.Seq)
+	s.sends.add(ev.ID, e.Seq)
 	if s.cfg.Instant != nil && !s.busy {
 		// The answer is known now: it goes into the same append, durable
 		// with the message and shown with it.
-		reply := s.next(engine.RoleAgent, s.cfg.Instant(e), map[string]any{"reply_to": e.Seq}, now)
-		s.appendBatch(append(entries, reply), []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
-		s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: e.Seq})
+		reply := s.next(engine.RoleAgent, s.cfg.Instant(e), map[string]any{engine.MetaReplyTo: e.Seq}, now)
+		s.appendBatch(append(entries, reply), []record.Send{{ID: ev.ID, Seq: e.Seq}}, false)
+		s.deliverTo(ev.Conn, &AckOut{ID: ev.ID, Seq: e.Seq})
 		s.deliver(&EntryOut{Entry: e})
 		s.deliver(&EntryOut{Entry: reply})
 		return
 	}
 	s.st.Turns = append(s.st.Turns, e.Seq)
 	s.stateDirty = true
-	s.appendBatch(entries, []wal.Send{{ID: ev.id, Seq: e.Seq}}, false)
+	s.appendBatch(entries, []record.Send{{ID: ev.ID, Seq: e.Seq}}, false)
 	if len(entries) > 1 {
 		s.deliver(&EntryOut{Entry: entries[0]})
 	}
-	s.deliverTo(ev.conn, &AckOut{ID: ev.id, Seq: e.Seq})
+	s.deliverTo(ev.Conn, &AckOut{ID: ev.ID, Seq: e.Seq})
 	s.deliver(&EntryOut{Entry: e})
 	if !s.busy {
 		s.busy = true
@@ -155,23 +151,23 @@ func (s *Session) newSend(ev evSend, now time.Time) {
 
 // action logs what the engine decided: a reply ends the turn (and starts
 // the next one owed), a tool call is logged as started before it runs.
-func (s *Session) action(ev evAction, now time.Time) {
+func (s *Machine) action(ev StepDone, now time.Time) {
 	st := &s.st
-	if s.stale(ev.step, ev.userSeq) {
+	if s.stale(ev.Step, ev.UserSeq) {
 		return // a stale answer from a step that was abandoned
 	}
-	if ev.action.AgentContext != nil {
+	if ev.Action.AgentContext != nil {
 		if s.ctx.Agent == nil {
 			s.ctx.Agent = make(map[string]any)
 		}
-		maps.Copy(s.ctx.Agent, ev.action.AgentContext)
+		maps.Copy(s.ctx.Agent, ev.Action.AgentContext)
 		s.contextDirty = true
 	}
-	if call := ev.action.Call; call != nil && ev.err == nil && len(st.Steps) < maxSteps {
-		entries := s.endReply(ev.userSeq, now) // text written before the call
+	if call := ev.Action.Call; call != nil && ev.Err == nil && len(st.Steps) < maxSteps {
+		entries := s.endReply(ev.UserSeq, now) // text written before the call
 		c := ToolCall{
 			CallID: fmt.Sprintf("call-%d", s.hdr.LastSeq+1), Name: call.Name, Args: call.Args,
-			Status: engine.ToolStarted, ReplyTo: ev.userSeq, Idempotent: call.Idempotent,
+			Status: engine.ToolStarted, ReplyTo: ev.UserSeq, Idempotent: call.Idempotent,
 		}
 		t, declared := s.cfg.Tool(c.Name)
 		c.Sensitive = call.Sensitive || declared && t.Sensitive
@@ -188,28 +184,28 @@ func (s *Session) action(ev evAction, now time.Time) {
 		}
 		s.stateDirty = true
 		s.log(append(entries, e)...)
-		s.emit(effRunTool{call: c})
+		s.emit(RunTool{Call: c})
 		return
 	}
-	var entries []wal.Entry
-	md := map[string]any{"reply_to": ev.userSeq}
+	var entries []record.Entry
+	md := map[string]any{engine.MetaReplyTo: ev.UserSeq}
 	switch {
-	case ev.err != nil:
-		entries = append(s.endReply(ev.userSeq, now), s.next(engine.RoleSystem, "agent error: "+ev.err.Error(), md, now))
-	case ev.action.Call != nil:
-		entries = append(s.endReply(ev.userSeq, now),
+	case ev.Err != nil:
+		entries = append(s.endReply(ev.UserSeq, now), s.next(engine.RoleSystem, "agent error: "+ev.Err.Error(), md, now))
+	case ev.Action.Call != nil:
+		entries = append(s.endReply(ev.UserSeq, now),
 			s.next(engine.RoleSystem, fmt.Sprintf("agent error: more than %d steps in one turn", maxSteps), md, now))
 	default:
 		// The reply's entry takes the seq its deltas named.
 		s.reply = nil
-		entries = []wal.Entry{s.next(engine.RoleAgent, s.finalText(ev.action.Reply), md, now)}
+		entries = []record.Entry{s.next(engine.RoleAgent, s.finalText(ev.Action.Reply), md, now)}
 	}
 	s.endTurn(entries)
 }
 
 // endTurn logs the entries that end the running turn and starts the next
 // one owed, if any.
-func (s *Session) endTurn(entries []wal.Entry) {
+func (s *Machine) endTurn(entries []record.Entry) {
 	st := &s.st
 	st.Turns, st.Steps = st.Turns[1:], nil
 	s.stateDirty = true
@@ -220,14 +216,14 @@ func (s *Session) endTurn(entries []wal.Entry) {
 	}
 }
 
-func (s *Session) toolDone(ev evToolDone, now time.Time) {
+func (s *Machine) toolDone(ev ToolDone, now time.Time) {
 	p := s.st.Pending
-	if p == nil || p.CallID != ev.callID {
+	if p == nil || p.CallID != ev.CallID {
 		return
 	}
-	status, result := engine.ToolCompleted, ev.result
-	if ev.err != nil {
-		status, result = engine.ToolFailed, ev.err.Error()
+	status, result := engine.ToolCompleted, ev.Result
+	if ev.Err != nil {
+		status, result = engine.ToolFailed, ev.Err.Error()
 	}
 	e := s.toolEntry(*p, status, result, now)
 	s.st.Pending = nil
@@ -237,12 +233,12 @@ func (s *Session) toolDone(ev evToolDone, now time.Time) {
 	s.startStep(p.ReplyTo)
 }
 
-func (s *Session) toolProgress(ev evToolProgress, now time.Time) {
+func (s *Machine) toolProgress(ev ToolProgress, now time.Time) {
 	p := s.st.Pending
-	if p == nil || p.CallID != ev.callID {
+	if p == nil || p.CallID != ev.CallID {
 		return
 	}
-	p.Partial = ev.partial
+	p.Partial = ev.Partial
 	s.hdr.LastActiveAt = now
 	s.stateDirty = true
 	s.appendBatch(nil, nil, false)
@@ -251,8 +247,8 @@ func (s *Session) toolProgress(ev evToolProgress, now time.Time) {
 // abandonTurn drops the running turn for good (complete, expiry): a
 // started tool call is logged as failed so the log never shows a call
 // without an outcome.
-func (s *Session) abandonTurn(why string, now time.Time) []wal.Entry {
-	var entries []wal.Entry
+func (s *Machine) abandonTurn(why string, now time.Time) []record.Entry {
+	var entries []record.Entry
 	if len(s.st.Turns) > 0 {
 		entries = s.endReply(s.st.Turns[0], now)
 	}

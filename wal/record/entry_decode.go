@@ -1,4 +1,4 @@
-package wal
+package record
 
 import (
 	"encoding/binary"
@@ -181,7 +181,7 @@ func fastUint(b []byte) (uint64, []byte, error) {
 // fastValue reads one metadata value as msgpack's DecodeInterface does;
 // depth is how deeply it is nested.
 func fastValue(b []byte, depth int) (any, []byte, error) {
-	if len(b) == 0 || depth > maxDepth {
+	if len(b) == 0 || depth > MaxReadDepth {
 		return nil, nil, errSlowPath
 	}
 	c := b[0]

@@ -1,4 +1,4 @@
-package actor
+package machine
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ var errTest = errors.New("model down")
 
 // streaming is a new session with one send whose turn has begun (step
 // emitted), parts sent at once unless flush is set.
-func streaming(t *testing.T, flush time.Duration) (*Session, *tconn) {
+func streaming(t *testing.T, flush time.Duration) (*Machine, *tconn) {
 	t.Helper()
 	s, c := newAttached(t)
 	s.cfg.FlushInterval = flush
-	durable(s, t0, evSend{conn: c, id: "m1", content: "hi"})
+	durable(s, t0, Send{Conn: c, ID: "m1", Content: "hi"})
 	if !s.busy || s.step == 0 {
 		t.Fatalf("the turn did not start: busy %v step %d", s.busy, s.step)
 	}
@@ -36,20 +36,20 @@ func deltasOf(effs []Effect) []*DeltaOut {
 func TestSessionPartsBecomeDeltas(t *testing.T) {
 	s, _ := streaming(t, 0)
 	for i, w := range []string{"a ", "b "} {
-		effs := s.Step(t0, evPart{step: s.step, text: w})
+		effs := s.Step(t0, Part{Step: s.step, Text: w})
 		ds := deltasOf(effs)
-		if len(ds) != 1 || ds[0].Seq != 2 || ds[0].From != i || ds[0].Part != i || ds[0].Text != w || len(only[effAppend](effs)) != 0 {
+		if len(ds) != 1 || ds[0].Seq != 2 || ds[0].From != i || ds[0].Part != i || ds[0].Text != w || len(only[Append](effs)) != 0 {
 			t.Fatalf("part %d: %v", i, effs)
 		}
 	}
 	// Parts of another step, empty parts, and parts during a tool call are
 	// not shown.
-	for _, ev := range []Event{evPart{step: s.step - 1, text: "old"}, evPart{step: s.step, text: ""}} {
+	for _, ev := range []Event{Part{Step: s.step - 1, Text: "old"}, Part{Step: s.step, Text: ""}} {
 		if effs := s.Step(t0, ev); len(effs) != 0 {
 			t.Fatalf("%+v: %v", ev, effTypes(effs))
 		}
 	}
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "a b c"}})
+	effs := durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Action: engine.Action{Reply: "a b c"}})
 	e := appendedEntry(t, effs)
 	if e.Seq != 2 || e.Content != "a b c" || s.reply != nil {
 		t.Fatalf("final entry %+v", e)
@@ -58,41 +58,41 @@ func TestSessionPartsBecomeDeltas(t *testing.T) {
 
 func TestSessionFlushCoalesces(t *testing.T) {
 	s, _ := streaming(t, 50*time.Millisecond)
-	effs := s.Step(t0, evPart{step: s.step, text: "a "})
-	if len(deltasOf(effs)) != 1 || len(only[effFlushAfter](effs)) != 1 {
+	effs := s.Step(t0, Part{Step: s.step, Text: "a "})
+	if len(deltasOf(effs)) != 1 || len(only[FlushAfter](effs)) != 1 {
 		t.Fatalf("first part: %v", effTypes(effs))
 	}
 	for _, w := range []string{"b ", "c "} {
-		if effs := s.Step(t0, evPart{step: s.step, text: w}); len(effs) != 0 {
+		if effs := s.Step(t0, Part{Step: s.step, Text: w}); len(effs) != 0 {
 			t.Fatalf("a part within the interval went out: %v", effTypes(effs))
 		}
 	}
-	effs = s.Step(t0, evFlush{})
+	effs = s.Step(t0, Flush{})
 	ds := deltasOf(effs)
-	if len(ds) != 1 || ds[0].From != 1 || ds[0].Part != 2 || ds[0].Text != "b c " || len(only[effFlushAfter](effs)) != 1 {
+	if len(ds) != 1 || ds[0].From != 1 || ds[0].Part != 2 || ds[0].Text != "b c " || len(only[FlushAfter](effs)) != 1 {
 		t.Fatalf("flush: %v %+v", effTypes(effs), ds)
 	}
 	// Nothing new: the next flush sends nothing and arms no timer.
-	if effs := s.Step(t0, evFlush{}); len(effs) != 0 {
+	if effs := s.Step(t0, Flush{}); len(effs) != 0 {
 		t.Fatalf("idle flush: %v", effTypes(effs))
 	}
 }
 
 func TestSessionSendSplitsReply(t *testing.T) {
 	s, c := streaming(t, 0)
-	s.Step(t0, evPart{step: s.step, text: "half "})
-	effs := durable(s, t0, evSend{conn: c, id: "m2", content: "wait"})
-	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Role != engine.RoleAgent || ap.batch.Entries[0].Content != "half " ||
-		ap.batch.Entries[0].Seq != 2 || ap.batch.Entries[1].Seq != 3 || ap.batch.Entries[1].Role != engine.RoleUser {
-		t.Fatalf("split append: %+v", ap.batch.Entries)
+	s.Step(t0, Part{Step: s.step, Text: "half "})
+	effs := durable(s, t0, Send{Conn: c, ID: "m2", Content: "wait"})
+	ap := one[Append](t, effs)
+	if len(ap.Batch.Entries) != 2 || ap.Batch.Entries[0].Role != engine.RoleAgent || ap.Batch.Entries[0].Content != "half " ||
+		ap.Batch.Entries[0].Seq != 2 || ap.Batch.Entries[1].Seq != 3 || ap.Batch.Entries[1].Role != engine.RoleUser {
+		t.Fatalf("split append: %+v", ap.Batch.Entries)
 	}
 	// The rest streams as entry 4 from part 0; its entry holds the rest.
-	effs = s.Step(t0, evPart{step: s.step, text: "rest"})
+	effs = s.Step(t0, Part{Step: s.step, Text: "rest"})
 	if ds := deltasOf(effs); len(ds) != 1 || ds[0].Seq != 4 || ds[0].From != 0 {
 		t.Fatalf("after the split: %+v", ds)
 	}
-	effs = durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "half rest"}})
+	effs = durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Action: engine.Action{Reply: "half rest"}})
 	if e := appendedEntry(t, effs); e.Seq != 4 || e.Content != "rest" {
 		t.Fatalf("final entry %+v", e)
 	}
@@ -100,13 +100,13 @@ func TestSessionSendSplitsReply(t *testing.T) {
 
 func TestSessionToolCallEndsReply(t *testing.T) {
 	s, _ := streaming(t, 0)
-	s.Step(t0, evPart{step: s.step, text: "Let me look. "})
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Call: &engine.Call{Name: "search"}}})
-	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "Let me look. " || ap.batch.Entries[1].Role != engine.RoleTool {
-		t.Fatalf("text then call: %+v", ap.batch.Entries)
+	s.Step(t0, Part{Step: s.step, Text: "Let me look. "})
+	effs := durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Action: engine.Action{Call: &engine.Call{Name: "search"}}})
+	ap := one[Append](t, effs)
+	if len(ap.Batch.Entries) != 2 || ap.Batch.Entries[0].Content != "Let me look. " || ap.Batch.Entries[1].Role != engine.RoleTool {
+		t.Fatalf("text then call: %+v", ap.Batch.Entries)
 	}
-	if call := one[effRunTool](t, effs).call; call.CallID != "call-3" || call.StartedSeq != 3 {
+	if call := one[RunTool](t, effs).Call; call.CallID != "call-3" || call.StartedSeq != 3 {
 		t.Fatalf("call %+v", call)
 	}
 	// The engine sees the text and the started entry as this turn's steps.
@@ -114,26 +114,26 @@ func TestSessionToolCallEndsReply(t *testing.T) {
 		t.Fatalf("steps %v", s.st.Steps)
 	}
 	// Parts while the tool runs are not shown.
-	if effs := s.Step(t0, evPart{step: s.step, text: "x"}); len(effs) != 0 {
+	if effs := s.Step(t0, Part{Step: s.step, Text: "x"}); len(effs) != 0 {
 		t.Fatalf("part during a tool run: %v", effTypes(effs))
 	}
 }
 
 func TestSessionErrorAndCompleteKeepStreamedText(t *testing.T) {
 	s, _ := streaming(t, 0)
-	s.Step(t0, evPart{step: s.step, text: "so far"})
-	effs := durable(s, t0, evAction{step: s.step, userSeq: 1, err: errTest})
-	ap := one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 2 || ap.batch.Entries[0].Content != "so far" || ap.batch.Entries[1].Role != engine.RoleSystem {
-		t.Fatalf("error mid-stream: %+v", ap.batch.Entries)
+	s.Step(t0, Part{Step: s.step, Text: "so far"})
+	effs := durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Err: errTest})
+	ap := one[Append](t, effs)
+	if len(ap.Batch.Entries) != 2 || ap.Batch.Entries[0].Content != "so far" || ap.Batch.Entries[1].Role != engine.RoleSystem {
+		t.Fatalf("error mid-stream: %+v", ap.Batch.Entries)
 	}
 
 	s, c := streaming(t, 0)
-	s.Step(t0, evPart{step: s.step, text: "so far"})
-	effs = durable(s, t0, evComplete{conn: c})
-	ap = one[effAppend](t, effs)
-	if len(ap.batch.Entries) != 1 || ap.batch.Entries[0].Content != "so far" || ap.batch.Header.Status != "completed" {
-		t.Fatalf("complete mid-stream: %+v", ap.batch)
+	s.Step(t0, Part{Step: s.step, Text: "so far"})
+	effs = durable(s, t0, Complete{Conn: c})
+	ap = one[Append](t, effs)
+	if len(ap.Batch.Entries) != 1 || ap.Batch.Entries[0].Content != "so far" || ap.Batch.Header.Status != "completed" {
+		t.Fatalf("complete mid-stream: %+v", ap.Batch)
 	}
 }
 
@@ -154,11 +154,11 @@ func TestSessionAttachCatchUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, c := streaming(t, 0)
 			for _, w := range []string{"a ", "b ", "c "} {
-				s.Step(t0, evPart{step: s.step, text: w})
+				s.Step(t0, Part{Step: s.step, Text: w})
 			}
-			durable(s, t0, evDetach{conn: c})
+			durable(s, t0, Detach{Conn: c})
 			c2 := &tconn{"c2"}
-			effs := durable(s, t0, evAttach{conn: c2, userID: "alice", lastSeq: 1, stream: tc.mark})
+			effs := durable(s, t0, Attach{Conn: c2, UserID: "alice", LastSeq: 1, Stream: tc.mark})
 			ds := deltasOf(effs)
 			if tc.noDeltas {
 				if len(ds) != 0 {
@@ -171,7 +171,7 @@ func TestSessionAttachCatchUp(t *testing.T) {
 			}
 			// It comes after the session frame and the replay.
 			kinds := effTypes(effs)
-			if i, j := indexOf(kinds, "actor.effReplay"), lastIndexOfDelta(effs); i < 0 || j < i {
+			if i, j := indexOf(kinds, "machine.Replay"), lastIndexOfDelta(effs); i < 0 || j < i {
 				t.Fatalf("catch-up before the replay: %v", kinds)
 			}
 		})
@@ -180,9 +180,9 @@ func TestSessionAttachCatchUp(t *testing.T) {
 
 func TestSessionShutdownDropsParts(t *testing.T) {
 	s, _ := streaming(t, 0)
-	s.Step(t0, evPart{step: s.step, text: "lost"})
-	effs := durable(s, t0, evShutdown{})
-	if len(only[effAppend](effs)) != 0 || s.reply != nil {
+	s.Step(t0, Part{Step: s.step, Text: "lost"})
+	effs := durable(s, t0, Shutdown{})
+	if len(only[Append](effs)) != 0 || s.reply != nil {
 		t.Fatalf("shutdown logged the parts: %v", effTypes(effs))
 	}
 }
@@ -198,8 +198,8 @@ func indexOf(xs []string, x string) int {
 
 func lastIndexOfDelta(effs []Effect) int {
 	for i := len(effs) - 1; i >= 0; i-- {
-		if d, ok := effs[i].(effDeliver); ok {
-			if _, ok := d.out.(*DeltaOut); ok {
+		if d, ok := effs[i].(Deliver); ok {
+			if _, ok := d.Out.(*DeltaOut); ok {
 				return i
 			}
 		}

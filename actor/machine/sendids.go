@@ -1,4 +1,4 @@
-package actor
+package machine
 
 import (
 	"github.com/bits-and-blooms/bloom/v3"

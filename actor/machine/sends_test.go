@@ -1,4 +1,4 @@
-package actor
+package machine
 
 import (
 	"fmt"
@@ -11,45 +11,45 @@ import (
 
 	"github.com/tether-dev/tether/actor/engine"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 func TestSessionSend(t *testing.T) {
 	s, c := newAttached(t)
 	md := map[string]any{"k": "v"}
 	now := t0.Add(1500 * time.Millisecond)
-	effs := durable(s, now, evSend{conn: c, id: "m1", content: "hi", metadata: md})
-	wantTypes(t, "send", effs, effAppend{}, effDeliver{}, effDeliver{}, effStep{})
-	ap := effs[0].(effAppend)
-	e := ap.batch.Entries[0]
-	if len(ap.batch.Entries) != 1 || e.Seq != 1 || e.Role != engine.RoleUser || e.Content != "hi" || e.Time != unixSeconds(now) ||
+	effs := durable(s, now, Send{Conn: c, ID: "m1", Content: "hi", Metadata: md})
+	wantTypes(t, "send", effs, Append{}, Deliver{}, Deliver{}, RunStep{})
+	ap := effs[0].(Append)
+	e := ap.Batch.Entries[0]
+	if len(ap.Batch.Entries) != 1 || e.Seq != 1 || e.Role != engine.RoleUser || e.Content != "hi" || e.Time != unixSeconds(now) ||
 		!reflect.DeepEqual(e.Metadata, map[string]any{"k": "v", "id": "m1"}) {
-		t.Fatalf("entries = %+v", ap.batch.Entries)
+		t.Fatalf("entries = %+v", ap.Batch.Entries)
 	}
 	if _, ok := md["id"]; ok {
 		t.Fatal("send wrote into the caller's metadata map")
 	}
-	if !reflect.DeepEqual(ap.batch.Sends, []wal.Send{{ID: "m1", Seq: 1}}) || ap.batch.Header.LastSeq != 1 {
-		t.Fatalf("batch sends %v header %+v", ap.batch.Sends, ap.batch.Header)
+	if !reflect.DeepEqual(ap.Batch.Sends, []record.Send{{ID: "m1", Seq: 1}}) || ap.Batch.Header.LastSeq != 1 {
+		t.Fatalf("batch sends %v header %+v", ap.Batch.Sends, ap.Batch.Header)
 	}
-	if st, err := decodeState(ap.batch.Header.State); err != nil || !slices.Equal(st.Turns, []uint64{1}) {
+	if st, err := decodeState(ap.Batch.Header.State); err != nil || !slices.Equal(st.Turns, []uint64{1}) {
 		t.Fatalf("appended state %+v (%v)", st, err)
 	}
-	if ap.batch.Context != nil {
+	if ap.Batch.Context != nil {
 		t.Fatal("a send rewrote the context, which did not change")
 	}
-	if d := effs[1].(effDeliver); d.conn != c || *d.out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
+	if d := effs[1].(Deliver); d.Conn != c || *d.Out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
 		t.Fatalf("second effect = %+v, want the ack", d)
 	}
-	if d := effs[2].(effDeliver); !reflect.DeepEqual(d.out, &EntryOut{Entry: e}) {
+	if d := effs[2].(Deliver); !reflect.DeepEqual(d.Out, &EntryOut{Entry: e}) {
 		t.Fatalf("third effect = %+v, want the entry", d)
 	}
-	if st := effs[3].(effStep); st.userSeq != 1 {
+	if st := effs[3].(RunStep); st.UserSeq != 1 {
 		t.Fatalf("step = %+v", st)
 	}
 	// A second send while the turn runs is queued, with no second step.
-	effs = durable(s, now, evSend{conn: c, id: "m2", content: "more"})
-	wantTypes(t, "busy send", effs, effAppend{}, effDeliver{}, effDeliver{})
+	effs = durable(s, now, Send{Conn: c, ID: "m2", Content: "more"})
+	wantTypes(t, "busy send", effs, Append{}, Deliver{}, Deliver{})
 	if !slices.Equal(s.st.Turns, []uint64{1, 2}) {
 		t.Fatalf("turns = %v", s.st.Turns)
 	}
@@ -59,9 +59,9 @@ func TestSessionSend(t *testing.T) {
 func TestSessionRepeatSendFromMemory(t *testing.T) {
 	s, c := exchanged(t)
 	before, appends := s.Header(), s.nextID
-	effs := s.Step(t0, evSend{conn: c, id: "m1", content: "hi again"})
-	wantTypes(t, "repeat", effs, effDeliver{})
-	if *effs[0].(effDeliver).out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
+	effs := s.Step(t0, Send{Conn: c, ID: "m1", Content: "hi again"})
+	wantTypes(t, "repeat", effs, Deliver{})
+	if *effs[0].(Deliver).Out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
 		t.Fatalf("repeat ack = %+v", effs[0])
 	}
 	if !reflect.DeepEqual(s.Header(), before) || s.nextID != appends {
@@ -73,16 +73,16 @@ func TestSessionRepeatSendFromMemory(t *testing.T) {
 // durable, after the first ack.
 func TestSessionRepeatSendInFlight(t *testing.T) {
 	s, c := newAttached(t)
-	ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m1", content: "hi"}))
-	if effs := s.Step(t0, evSend{conn: c, id: "m1", content: "hi"}); len(effs) != 0 {
+	ap := one[Append](t, s.Step(t0, Send{Conn: c, ID: "m1", Content: "hi"}))
+	if effs := s.Step(t0, Send{Conn: c, ID: "m1", Content: "hi"}); len(effs) != 0 {
 		t.Fatalf("duplicate of an in-flight send: %v (its ack must wait)", effTypes(effs))
 	}
-	got := outs(s.Step(t0, evAppended{id: ap.id}))
+	got := outs(s.Step(t0, Appended{ID: ap.ID}))
 	if len(got) != 3 || *got[0].(*AckOut) != (AckOut{ID: "m1", Seq: 1}) || got[1].(*EntryOut).Entry.Seq != 1 ||
 		*got[2].(*AckOut) != (AckOut{ID: "m1", Seq: 1}) {
 		t.Fatalf("released %s", dumpOuts(got))
 	}
-	if s.hdr.LastSeq != 1 || s.nextID != ap.id {
+	if s.hdr.LastSeq != 1 || s.nextID != ap.ID {
 		t.Fatalf("the duplicate was stored: last %d appends %d", s.hdr.LastSeq, s.nextID)
 	}
 }
@@ -90,68 +90,68 @@ func TestSessionRepeatSendInFlight(t *testing.T) {
 // An id from an earlier activation is in the filters: the machine asks the
 // store (effLookupSend), and its answer decides.
 func TestSessionRepeatSendFromFilter(t *testing.T) {
-	loaded := func() (*Session, *tconn) {
+	loaded := func() (*Machine, *tconn) {
 		h := baseHeader()
 		h.LastSeq = 10
-		s := machine(h, state{}, wal.Entry{Seq: 9, Role: engine.RoleUser, Metadata: map[string]any{"id": "m9"}}, wal.Entry{Seq: 10, Role: engine.RoleAgent})
+		s := machine(h, state{}, record.Entry{Seq: 9, Role: engine.RoleUser, Metadata: map[string]any{"id": "m9"}}, record.Entry{Seq: 10, Role: engine.RoleAgent})
 		s.sends.addOlder("m1") // as load does for ids older than the tail
 		c := &tconn{"c"}
-		s.Step(t0, evAttach{conn: c, userID: "alice", lastSeq: 10})
+		s.Step(t0, Attach{Conn: c, UserID: "alice", LastSeq: 10})
 		return s, c
 	}
 	t.Run("found", func(t *testing.T) {
 		s, c := loaded()
-		send := evSend{conn: c, id: "m1", content: "again"}
+		send := Send{Conn: c, ID: "m1", Content: "again"}
 		effs := s.Step(t0, send)
-		wantTypes(t, "old id", effs, effLookupSend{})
-		if !reflect.DeepEqual(effs[0].(effLookupSend).send, send) {
+		wantTypes(t, "old id", effs, LookupSend{})
+		if !reflect.DeepEqual(effs[0].(LookupSend).Send, send) {
 			t.Fatalf("lookup = %+v", effs[0])
 		}
 		before, appends := s.Header(), s.nextID
-		effs = s.Step(t0, evSendChecked{send: send, seq: 1, found: true})
-		wantTypes(t, "found", effs, effDeliver{})
-		if *effs[0].(effDeliver).out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) || s.nextID != appends || !reflect.DeepEqual(s.Header(), before) {
+		effs = s.Step(t0, SendChecked{Send: send, Seq: 1, Found: true})
+		wantTypes(t, "found", effs, Deliver{})
+		if *effs[0].(Deliver).Out.(*AckOut) != (AckOut{ID: "m1", Seq: 1}) || s.nextID != appends || !reflect.DeepEqual(s.Header(), before) {
 			t.Fatalf("found: %+v, header %+v", effs, s.Header())
 		}
 	})
 	t.Run("not found", func(t *testing.T) {
 		s, c := loaded()
-		send := evSend{conn: c, id: "m1", content: "new after all"}
-		one[effLookupSend](t, s.Step(t0, send))
-		effs := s.Step(t0, evSendChecked{send: send, found: false})
-		ap := one[effAppend](t, effs)
-		if ap.batch.Entries[0].Seq != 11 || ap.batch.Entries[0].Content != "new after all" {
-			t.Fatalf("a filter false positive was not stored as new: %+v", ap.batch.Entries)
+		send := Send{Conn: c, ID: "m1", Content: "new after all"}
+		one[LookupSend](t, s.Step(t0, send))
+		effs := s.Step(t0, SendChecked{Send: send, Found: false})
+		ap := one[Append](t, effs)
+		if ap.Batch.Entries[0].Seq != 11 || ap.Batch.Entries[0].Content != "new after all" {
+			t.Fatalf("a filter false positive was not stored as new: %+v", ap.Batch.Entries)
 		}
 	})
 	t.Run("recent ids and unknown ids need no lookup", func(t *testing.T) {
 		s, c := loaded()
-		wantTypes(t, "recent", s.Step(t0, evSend{conn: c, id: "m9"}), effDeliver{})
-		wantTypes(t, "unknown", s.Step(t0, evSend{conn: c, id: "fresh"}), effAppend{})
+		wantTypes(t, "recent", s.Step(t0, Send{Conn: c, ID: "m9"}), Deliver{})
+		wantTypes(t, "unknown", s.Step(t0, Send{Conn: c, ID: "fresh"}), Append{})
 	})
 	t.Run("evicted from the tail", func(t *testing.T) {
 		s, c := newAttached(t)
 		s.tail.maxEntries = 2
 		for i := 1; i <= 3; i++ {
-			durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
-			durable(s, t0, evAction{step: s.step, userSeq: uint64(2*i - 1), action: engine.Action{Reply: "r"}})
+			durable(s, t0, Send{Conn: c, ID: fmt.Sprint("m", i), Content: "x"})
+			durable(s, t0, StepDone{Step: s.step, UserSeq: uint64(2*i - 1), Action: engine.Action{Reply: "r"}})
 		}
 		if _, ok := s.sends.seen("m1"); ok || !s.sends.mayBeOlder("m1") {
 			t.Fatal("an id whose entry left the tail must move to the filters")
 		}
-		wantTypes(t, "evicted id", s.Step(t0, evSend{conn: c, id: "m1"}), effLookupSend{})
+		wantTypes(t, "evicted id", s.Step(t0, Send{Conn: c, ID: "m1"}), LookupSend{})
 	})
 }
 
 func TestSessionMaxTurns(t *testing.T) {
 	s, c := newAttached(t)
 	for i := 1; i <= 4; i++ { // the engine answers none of them
-		durable(s, t0, evSend{conn: c, id: fmt.Sprint("m", i), content: "x"})
+		durable(s, t0, Send{Conn: c, ID: fmt.Sprint("m", i), Content: "x"})
 	}
 	before, appends := s.Header(), s.nextID
-	effs := s.Step(t0, evSend{conn: c, id: "m5", content: "one too many"})
-	wantTypes(t, "over the limit", effs, effDeliver{})
-	e, ok := effs[0].(effDeliver).out.(*ErrorOut)
+	effs := s.Step(t0, Send{Conn: c, ID: "m5", Content: "one too many"})
+	wantTypes(t, "over the limit", effs, Deliver{})
+	e, ok := effs[0].(Deliver).Out.(*ErrorOut)
 	if !ok || e.Code != CodeRateLimited || e.ID != "m5" || !strings.Contains(e.Message, "busy") {
 		t.Fatalf("refusal = %+v", effs[0])
 	}
@@ -160,10 +160,10 @@ func TestSessionMaxTurns(t *testing.T) {
 	}
 	// A repeat of an accepted one is still acked; once a turn is answered
 	// there is room again.
-	wantTypes(t, "repeat at the limit", s.Step(t0, evSend{conn: c, id: "m1"}), effDeliver{})
-	durable(s, t0, evAction{step: s.step, userSeq: 1, action: engine.Action{Reply: "r"}})
-	if ap := one[effAppend](t, s.Step(t0, evSend{conn: c, id: "m5", content: "now"})); ap.batch.Entries[0].Seq != 6 {
-		t.Fatalf("send after room was made: %+v", ap.batch.Entries)
+	wantTypes(t, "repeat at the limit", s.Step(t0, Send{Conn: c, ID: "m1"}), Deliver{})
+	durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Action: engine.Action{Reply: "r"}})
+	if ap := one[Append](t, s.Step(t0, Send{Conn: c, ID: "m5", Content: "now"})); ap.Batch.Entries[0].Seq != 6 {
+		t.Fatalf("send after room was made: %+v", ap.Batch.Entries)
 	}
 }
 
@@ -207,11 +207,11 @@ func TestSendIndexFilters(t *testing.T) {
 }
 
 func TestTailBounds(t *testing.T) {
-	entry := func(seq uint64, n int) wal.Entry {
-		return wal.Entry{Seq: seq, Role: engine.RoleUser, Content: strings.Repeat("x", n), Metadata: map[string]any{"id": fmt.Sprint("m", seq)}}
+	entry := func(seq uint64, n int) record.Entry {
+		return record.Entry{Seq: seq, Role: engine.RoleUser, Content: strings.Repeat("x", n), Metadata: map[string]any{"id": fmt.Sprint("m", seq)}}
 	}
 	var evicted []uint64
-	tl := newTail(3, 1<<20, func(e wal.Entry) { evicted = append(evicted, e.Seq) })
+	tl := newTail(3, 1<<20, func(e record.Entry) { evicted = append(evicted, e.Seq) })
 	if tl.first() != 1 || tl.last() != 0 || tl.span(1, 5) != nil {
 		t.Fatal("an empty tail holds something")
 	}
@@ -265,15 +265,15 @@ func TestTailRingMatchesSlice(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
 		maxEntries, maxBytes := 1+rng.IntN(12), 200+rng.IntN(2000)
-		var evicted, model []wal.Entry
-		tl := newTail(maxEntries, maxBytes, func(e wal.Entry) { evicted = append(evicted, e) })
-		var out []wal.Entry // everything that left, model side
+		var evicted, model []record.Entry
+		tl := newTail(maxEntries, maxBytes, func(e record.Entry) { evicted = append(evicted, e) })
+		var out []record.Entry // everything that left, model side
 		seq := uint64(0)
 		for range 60 {
-			batch := make([]wal.Entry, 1+rng.IntN(3))
+			batch := make([]record.Entry, 1+rng.IntN(3))
 			for i := range batch {
 				seq++
-				batch[i] = wal.Entry{Seq: seq, Role: engine.RoleAgent, Content: strings.Repeat("y", rng.IntN(300))}
+				batch[i] = record.Entry{Seq: seq, Role: engine.RoleAgent, Content: strings.Repeat("y", rng.IntN(300))}
 			}
 			tl.add(batch...)
 			model = append(model, batch...)
@@ -304,7 +304,7 @@ func TestTailRingMatchesSlice(t *testing.T) {
 	}
 }
 
-func sizeOf(es []wal.Entry) (n int) {
+func sizeOf(es []record.Entry) (n int) {
 	for _, e := range es {
 		n += e.Size()
 	}

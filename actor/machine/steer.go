@@ -1,4 +1,4 @@
-package actor
+package machine
 
 import (
 	"fmt"
@@ -7,17 +7,12 @@ import (
 
 	"github.com/tether-dev/tether/actor/engine"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // Steering a turn from the client (PROTOCOL.md: cancel, approve, send
 // with interrupt). Stop is not disconnect: only these events end a turn
 // early, and what the turn produced before stays in the log.
-
-// Cancelled is the result logged for a tool call a cancel cut short, and
-// the content of the system entry of a cancelled turn that had shown no
-// text.
-const Cancelled = "cancelled"
 
 // cancel stops the turn answering replyTo (0: the one running). The
 // running turn's streamed text becomes its agent entry marked cancelled
@@ -25,7 +20,7 @@ const Cancelled = "cancelled"
 // logged failed "cancelled", and the turns queued behind it go on. A turn
 // still queued is dropped with a system entry. A cancel for a turn that
 // already ended, or when none runs, does nothing.
-func (s *Session) cancel(replyTo uint64, now time.Time) {
+func (s *Machine) cancel(replyTo uint64, now time.Time) {
 	st := &s.st
 	if len(st.Turns) == 0 || !s.busy {
 		return
@@ -41,13 +36,13 @@ func (s *Session) cancel(replyTo uint64, now time.Time) {
 		return
 	}
 	userSeq := st.Turns[0]
-	s.now(effCancelTurn{})
+	s.now(CancelTurn{})
 	entries := s.endReply(userSeq, now)
 	if len(entries) > 0 {
-		entries[0].Metadata["cancelled"] = true
+		entries[0].Metadata[engine.MetaCancelled] = true
 	}
 	if p := st.Pending; p != nil {
-		entries = append(entries, s.toolEntry(*p, engine.ToolFailed, Cancelled, now))
+		entries = append(entries, s.toolEntry(*p, engine.ToolFailed, engine.ResultCancelled, now))
 		st.Pending = nil
 	}
 	if len(entries) == 0 || entries[0].Role != engine.RoleAgent {
@@ -57,17 +52,17 @@ func (s *Session) cancel(replyTo uint64, now time.Time) {
 	s.endTurn(entries)
 }
 
-func (s *Session) cancelledNote(userSeq uint64, now time.Time) wal.Entry {
-	return s.next(engine.RoleSystem, Cancelled, map[string]any{"cancelled": true, "reply_to": userSeq}, now)
+func (s *Machine) cancelledNote(userSeq uint64, now time.Time) record.Entry {
+	return s.next(engine.RoleSystem, engine.ResultCancelled, map[string]any{engine.MetaCancelled: true, engine.MetaReplyTo: userSeq}, now)
 }
 
 // awaitApproval logs call c as waiting for the user's decision. The turn
 // then waits in the log, not in memory: nothing runs, and the session may
 // passivate, restart or fail over meanwhile (idle counts it as idle).
-func (s *Session) awaitApproval(c ToolCall, before []wal.Entry, now time.Time) {
+func (s *Machine) awaitApproval(c ToolCall, before []record.Entry, now time.Time) {
 	c.Status = engine.ToolAwaitingApproval
 	e := s.next(engine.RoleTool, "", map[string]any{
-		"call_id": c.CallID, "name": c.Name, "status": engine.ToolAwaitingApproval, "args": c.Args, "reply_to": c.ReplyTo,
+		"call_id": c.CallID, engine.MetaName: c.Name, engine.MetaStatus: engine.ToolAwaitingApproval, engine.MetaArgs: c.Args, engine.MetaReplyTo: c.ReplyTo,
 	}, now)
 	c.StartedSeq = e.Seq
 	s.st.Steps = append(s.st.Steps, e.Seq)
@@ -77,7 +72,7 @@ func (s *Session) awaitApproval(c ToolCall, before []wal.Entry, now time.Time) {
 }
 
 // awaiting reports whether the turn waits for an approval.
-func (s *Session) awaiting() bool {
+func (s *Machine) awaiting() bool {
 	return s.st.Pending != nil && s.st.Pending.Status == engine.ToolAwaitingApproval
 }
 
@@ -86,28 +81,28 @@ func (s *Session) awaiting() bool {
 // a denied one does not and the engine is asked for the next step knowing
 // it. The first decision stands: a later one for the same call does
 // nothing. A call that never waited is a bad request.
-func (s *Session) approve(ev evApprove, now time.Time) {
+func (s *Machine) approve(ev Approve, now time.Time) {
 	p := s.st.Pending
 	switch {
-	case p != nil && p.CallID == ev.callID && p.Status == engine.ToolAwaitingApproval:
-	case p != nil && p.CallID == ev.callID, s.decided(ev.callID):
+	case p != nil && p.CallID == ev.CallID && p.Status == engine.ToolAwaitingApproval:
+	case p != nil && p.CallID == ev.CallID, s.decided(ev.CallID):
 		return
 	default:
-		s.deliverTo(ev.conn, &ErrorOut{Code: CodeBadRequest, Message: fmt.Sprintf(
-			"no tool call %q is waiting for approval", ev.callID)})
+		s.deliverTo(ev.Conn, &ErrorOut{Code: CodeBadRequest, Message: fmt.Sprintf(
+			"no tool call %q is waiting for approval", ev.CallID)})
 		return
 	}
 	status := engine.ToolDenied
-	if ev.approved {
+	if ev.Approved {
 		status = engine.ToolApproved
 	}
 	c := *p
 	d := s.next(engine.RoleTool, status, map[string]any{
-		"call_id": c.CallID, "name": c.Name, "status": status, "by": s.hdr.UserID, "reply_to": c.ReplyTo,
+		"call_id": c.CallID, engine.MetaName: c.Name, engine.MetaStatus: status, engine.MetaBy: s.hdr.UserID, engine.MetaReplyTo: c.ReplyTo,
 	}, now)
 	s.st.Steps = append(s.st.Steps, d.Seq)
 	s.stateDirty = true
-	if !ev.approved {
+	if !ev.Approved {
 		s.st.Pending = nil
 		s.log(d)
 		s.startStep(c.ReplyTo)
@@ -122,24 +117,24 @@ func (s *Session) approve(ev evApprove, now time.Time) {
 		s.hdr.Sensitive = true
 	}
 	s.log(d, e)
-	s.emit(effRunTool{call: c})
+	s.emit(RunTool{Call: c})
 }
 
 // decided reports whether the log's newest entries hold a decision on
 // callID (an approve after the call finished).
-func (s *Session) decided(callID string) bool {
+func (s *Machine) decided(callID string) bool {
 	for i := s.tail.len() - 1; i >= 0; i-- {
 		e := s.tail.at(i)
-		if e.Role != engine.RoleTool || e.Metadata["call_id"] != callID {
+		if e.Role != engine.RoleTool || e.Metadata[engine.MetaCallID] != callID {
 			continue
 		}
-		if st := e.Metadata["status"]; st == engine.ToolApproved || st == engine.ToolDenied {
+		if st := e.Metadata[engine.MetaStatus]; st == engine.ToolApproved || st == engine.ToolDenied {
 			return true
 		}
 	}
 	for _, u := range s.unstable {
 		for _, e := range u.entries {
-			if e.Role == engine.RoleTool && e.Metadata["call_id"] == callID && e.Metadata["status"] != engine.ToolAwaitingApproval {
+			if e.Role == engine.RoleTool && e.Metadata[engine.MetaCallID] == callID && e.Metadata[engine.MetaStatus] != engine.ToolAwaitingApproval {
 				return true
 			}
 		}

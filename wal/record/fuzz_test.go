@@ -1,4 +1,4 @@
-package wal
+package record
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tether-dev/tether/wal/record/recordtest"
 )
 
 func fuzzEntrySeeds() []Entry {
@@ -17,7 +19,7 @@ func fuzzEntrySeeds() []Entry {
 		{Seq: 2, Role: "assistant", Content: "Hi! How can I help?", Time: 1.7e9 + 0.25, Epoch: 3},
 		{Seq: 3, Role: "tool", Content: "", Time: -1, Metadata: map[string]any{"call_id": "c1", "status": "started", "n": 3, "args": map[string]any{"q": []any{"a", 1.5, true, nil}}}},
 		{Seq: 1<<64 - 1, Role: "\x00\xff", Content: string(make([]byte, 300))},
-		{Seq: 4, Role: "user", Metadata: map[string]any{"deep": nest(MaxValueDepth, true, "x")}},
+		{Seq: 4, Role: "user", Metadata: map[string]any{"deep": recordtest.Nest(MaxValueDepth, true, "x")}},
 		{Seq: 5, Role: "agent", Metadata: map[string]any{"reply_to": uint64(4), "i": -3, "big": int64(-1 << 40), "u8": uint8(200), "f32": float32(1.5), "s": strings.Repeat("é", 100), "empty": map[string]any{}, "list": []any{}}},
 	}
 }
@@ -77,9 +79,9 @@ func FuzzValueRoundTrip(f *testing.F) {
 		f.Add(b)
 	}
 	for _, mapsFirst := range []bool{true, false} {
-		seed(nest(MaxValueDepth, mapsFirst, "leaf"))
-		seed(nest(MaxValueDepth-1, mapsFirst, map[string]any{}))
-		seed(nest(MaxValueDepth+1, mapsFirst, 1.0)) // refused at the door
+		seed(recordtest.Nest(MaxValueDepth, mapsFirst, "leaf"))
+		seed(recordtest.Nest(MaxValueDepth-1, mapsFirst, map[string]any{}))
+		seed(recordtest.Nest(MaxValueDepth+1, mapsFirst, 1.0)) // refused at the door
 	}
 	wide := map[string]any{}
 	for i := range 100 {

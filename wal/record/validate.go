@@ -1,4 +1,4 @@
-package wal
+package record
 
 import (
 	"encoding/binary"
@@ -6,8 +6,9 @@ import (
 	"fmt"
 )
 
-// maxDepth bounds how deeply stored maps and arrays may nest.
-const maxDepth = 64
+// MaxReadDepth bounds how deeply stored maps and arrays may nest: deeper
+// bytes are refused as corrupt before the decoder sees them.
+const MaxReadDepth = 64
 
 // checkMsgpack walks one msgpack value without allocating and checks that
 // every length and element count fits in the bytes that are actually
@@ -32,7 +33,7 @@ func skipValue(b []byte, depth int) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, errTruncated
 	}
-	if depth > maxDepth {
+	if depth > MaxReadDepth {
 		return nil, errors.New("msgpack: nested too deeply")
 	}
 	c, b := b[0], b[1:]

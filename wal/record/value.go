@@ -1,4 +1,4 @@
-package wal
+package record
 
 import (
 	"encoding/json"
@@ -9,15 +9,15 @@ import (
 // MaxValueDepth is how deeply a client-supplied value (a send's metadata,
 // the user context) may nest maps and arrays. It is the one rule the
 // gateway applies at the door and the reason the log can always read back
-// what it stored: an entry wraps such a value in at most valueEnvelope
-// more levels, and the reader accepts maxDepth, which is larger than both
+// what it stored: an entry wraps such a value in at most ValueEnvelope
+// more levels, and the reader accepts MaxReadDepth, which is larger than both
 // together. TestDoorRuleFitsReader checks that against the real encoder
 // and decoder.
 const MaxValueDepth = 32
 
-// valueEnvelope is how many levels the log wraps around a client value:
+// ValueEnvelope is how many levels the log wraps around a client value:
 // the entry itself, its metadata map, and the context blob's two maps.
-const valueEnvelope = 3
+const ValueEnvelope = 3
 
 // ErrValueTooDeep and ErrValueType are CheckValue's refusals.
 var (

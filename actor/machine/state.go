@@ -1,11 +1,11 @@
-package actor
+package machine
 
 import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
 // ToolCall is the in-flight tool call of a session, with whatever partial
@@ -33,7 +33,7 @@ type ToolCall struct {
 }
 
 // state is what the actor keeps of a session besides its header, context
-// and entries: the schema of wal.Header.State, owned by this package. It
+// and entries: the schema of record.Header.State, owned by this package. It
 // is small and bounded (turns are capped), so it is rewritten with every
 // append.
 type state struct {
@@ -46,7 +46,7 @@ type state struct {
 	Steps []uint64 `msgpack:"s,omitempty"`
 }
 
-// contexts is the schema of wal.SessionData.Context: the user's context
+// contexts is the schema of record.SessionData.Context: the user's context
 // (preferences, current task goal) and the agent's. It is written only
 // when it changes.
 type contexts struct {
@@ -70,7 +70,7 @@ func decodeState(b []byte) (state, error) {
 	if len(b) == 0 {
 		return s, nil
 	}
-	if err := wal.Unmarshal(b, &s); err != nil {
+	if err := record.Unmarshal(b, &s); err != nil {
 		return state{}, fmt.Errorf("decode session state: %w", err)
 	}
 	return s, nil
@@ -89,16 +89,30 @@ func decodeContexts(b []byte) (contexts, error) {
 	if len(b) == 0 {
 		return c, nil
 	}
-	if err := wal.Unmarshal(b, &c); err != nil {
+	if err := record.Unmarshal(b, &c); err != nil {
 		return contexts{}, fmt.Errorf("decode context: %w", err)
 	}
 	return c, nil
 }
 
+// Damage names the parts of a session's stored data that could not be
+// decoded (nil when fine): the machine starts them afresh, and its next
+// append rewrites them, so bad stored data never makes a session
+// unreachable.
+type Damage struct{ State, Context error }
+
+// Stored is what a passive session shows, from its stored data alone:
+// its View without messages.
+func Stored(d record.SessionData) (View, Damage) {
+	st, serr := decodeState(d.Header.State)
+	cx, cerr := decodeContexts(d.Context)
+	return View{Header: d.Header, Context: cx.User, AgentContext: cx.Agent, Pending: st.Pending, Turns: st.Turns}, Damage{State: serr, Context: cerr}
+}
+
 // HasWork reports whether the session whose header is h owes the agent a
 // turn or a tool run (its state says so). A node that takes sessions over
 // activates those at once.
-func HasWork(h wal.Header) bool {
+func HasWork(h record.Header) bool {
 	st, err := decodeState(h.State)
 	return err == nil && (st.Pending != nil || len(st.Turns) > 0)
 }
