@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -50,7 +51,7 @@ func TestBootPassInBackground(t *testing.T) {
 	var release func()
 	e.startWith(func(j *testJournal) { arrived, release = j.holdClaim() })
 	defer release()
-	if sid := recv(t, "the pass to claim its first session", arrived); sid != "a" {
+	if sid := actortest.Recv(t, "the pass to claim its first session", arrived); sid != "a" {
 		t.Fatalf("the pass claimed %q first", sid)
 	}
 	select {
@@ -75,7 +76,7 @@ func TestBootPassInBackground(t *testing.T) {
 		t.Fatalf("liveness marked at %v before the pass ended (stop %v)", at, stop)
 	}
 	release()
-	if r := recv(t, "a's resume", done); r.err != nil {
+	if r := actortest.Recv(t, "a's resume", done); r.err != nil {
 		t.Fatalf("resume a: %v", r.err)
 	}
 	e.waitRecovered()
@@ -92,10 +93,10 @@ func TestCloseDuringBootPass(t *testing.T) {
 	_, expires := leaveInterrupted(t, e, "a")
 	var arrived <-chan string
 	e.startWith(func(j *testJournal) { arrived, _ = j.holdClaim() })
-	recv(t, "the pass to claim a", arrived)
+	actortest.Recv(t, "the pass to claim a", arrived)
 	closed := make(chan error, 1)
 	go func() { closed <- e.reg.Close() }()
-	if err := recv(t, "Close", closed); err != nil {
+	if err := actortest.Recv(t, "Close", closed); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if err := e.log.Close(); err != nil {

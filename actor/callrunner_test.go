@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
 
@@ -107,7 +108,7 @@ func TestCallRunnerRestart(t *testing.T) {
 			e.start()
 			var es []wal.Entry
 			if tc.idem {
-				recv(t, "the re-run", eng2.g.started)
+				actortest.Recv(t, "the re-run", eng2.g.started)
 				eng2.g.results <- "again"
 				es = waitTurnDone(t, e, "s", 4)
 				calls := eng2.callsSeen()

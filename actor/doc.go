@@ -40,7 +40,8 @@
 //   - Snapshot: a session as GET /v1/sessions/{id} shows it.
 //   - Journal, Store: what the log must do; *wal.Log and the cluster's
 //     replicated journal supply them.
-//   - Clock, Timer, ManualClock: time, injected.
+//   - Clock, Timer: time, injected (a manual clock for tests is in package
+//     actor/actortest).
 //   - ErrGone, ErrClosed, ErrNotFound, ErrTooManySessions: what callers
 //     branch on, besides the machine's errors.
 //

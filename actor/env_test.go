@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
 
@@ -18,7 +19,7 @@ type env struct {
 	t     *testing.T
 	dir   string
 	cfg   Config
-	clock *ManualClock
+	clock *actortest.ManualClock
 	log   *wal.Log
 	j     *testJournal
 	reg   *Registry
@@ -35,7 +36,7 @@ const (
 
 func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), clock: NewManualClock(t0)}
+	e := &env{t: t, dir: t.TempDir(), clock: actortest.NewManualClock(t0)}
 	e.cfg = Config{
 		Clock: e.clock, Window: testWindow, IdleTimeout: testIdle, ReauthMaxAge: testReauth,
 		TickInterval: testTick, AliveInterval: testTick, SweepInterval: -1, Logger: quiet,
@@ -262,7 +263,7 @@ func (e *env) inspect(sid string, fn func(a *actor)) bool {
 // engine step, no tool run.
 func (e *env) settle(sid string) {
 	e.t.Helper()
-	eventually(e.t, sid+" settles", func() bool {
+	actortest.Eventually(e.t, sid+" settles", func() bool {
 		idle := true
 		e.inspect(sid, func(a *actor) { idle = a.s.Idle() && a.inflight == 0 })
 		return idle
@@ -275,7 +276,7 @@ func (e *env) passivate(sid string) {
 	e.t.Helper()
 	e.settle(sid)
 	e.clock.Advance(e.cfg.IdleTimeout + e.cfg.TickInterval)
-	eventually(e.t, sid+" passivates", func() bool { return e.actorOf(sid) == nil })
+	actortest.Eventually(e.t, sid+" passivates", func() bool { return e.actorOf(sid) == nil })
 }
 
 func (e *env) header(sid string) wal.Header {
@@ -290,7 +291,7 @@ func (e *env) header(sid string) wal.Header {
 func (e *env) waitHeader(sid, what string, cond func(wal.Header) bool) wal.Header {
 	e.t.Helper()
 	var h wal.Header
-	eventually(e.t, sid+" "+what, func() bool {
+	actortest.Eventually(e.t, sid+" "+what, func() bool {
 		var err error
 		h, err = e.log.Header(sid)
 		return err == nil && cond(h)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
@@ -33,7 +34,7 @@ func TestAppendFailureInterruptsSession(t *testing.T) {
 			if rest := c.unread(); len(rest) != 0 {
 				t.Fatalf("the failed send showed %s", dumpOuts(rest))
 			}
-			eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
+			actortest.Eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
 			h.Detach() // what the gateway does when the socket ends: reaches no actor
 			hd := e.waitStatus("s", wal.StatusInterrupted)
 			if hd.LastSeq != 2 || !hd.ExpiresAt.Equal(e.clock.Now().Add(testWindow)) {
@@ -63,7 +64,7 @@ func TestMailboxBackpressure(t *testing.T) {
 	if err := h.Send(t.Context(), "m1", "x", nil); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, "the actor to stall", c.stalled)
+	actortest.Recv(t, "the actor to stall", c.stalled)
 	a := e.actorOf("s")
 	for _, id := range []string{"m2", "m3"} {
 		if err := h.Send(t.Context(), id, "x", nil); err != nil {
@@ -78,14 +79,14 @@ func TestMailboxBackpressure(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- h.Send(ctx, "m4", "x", nil) }()
-	eventually(t, "the sender waits", waiting)
+	actortest.Eventually(t, "the sender waits", waiting)
 	select {
 	case err := <-cancelled:
 		t.Fatalf("Send into a full mailbox returned %v", err)
 	default:
 	}
 	cancel()
-	if err := recv(t, "the cancelled send", cancelled); !errors.Is(err, context.Canceled) {
+	if err := actortest.Recv(t, "the cancelled send", cancelled); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Send: %v", err)
 	}
 	if !a.post(machine.Tick{}) { // the node's own posts are never held up
@@ -95,7 +96,7 @@ func TestMailboxBackpressure(t *testing.T) {
 	later := make(chan error, 1)
 	go func() { later <- h.Send(t.Context(), "m5", "x", nil) }()
 	c.release()
-	if err := recv(t, "the waiting send", later); err != nil {
+	if err := actortest.Recv(t, "the waiting send", later); err != nil {
 		t.Fatal(err)
 	}
 	var acks []string
@@ -129,7 +130,7 @@ func TestIdleSessionsHaveNoGoroutines(t *testing.T) {
 		chat(t, h, c, "m1", "hello")
 	}
 	var now int
-	eventually(t, "the actors' goroutines exit", func() bool {
+	actortest.Eventually(t, "the actors' goroutines exit", func() bool {
 		now = runtime.NumGoroutine()
 		return now-before < n/10
 	})
@@ -161,19 +162,19 @@ func TestCloseDuringActivation(t *testing.T) {
 		h, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", LastSeq: 2, Conn: c2})
 		resumed <- result{h, err}
 	}()
-	recv(t, "the activation's claim", arrived)
+	actortest.Recv(t, "the activation's claim", arrived)
 	closed := make(chan error, 1)
 	go func() { closed <- e.reg.Close() }()
-	eventually(t, "Close starts", func() bool {
+	actortest.Eventually(t, "Close starts", func() bool {
 		e.reg.mu.Lock()
 		defer e.reg.mu.Unlock()
 		return e.reg.closed
 	})
 	release()
-	if err := recv(t, "Close", closed); err != nil {
+	if err := actortest.Recv(t, "Close", closed); err != nil {
 		t.Fatal(err)
 	}
-	res := recv(t, "Resume", resumed)
+	res := actortest.Recv(t, "Resume", resumed)
 	switch {
 	case res.err == nil:
 		// It attached before the shutdown: the shutdown closed it.
@@ -203,22 +204,22 @@ func TestFailedActivationDuringClose(t *testing.T) {
 		_, err := e.reg.Resume(t.Context(), ResumeRequest{SessionID: "s", UserID: "alice", Conn: newRecConn("c2")})
 		resumed <- err
 	}()
-	recv(t, "the activation's claim", arrived)
+	actortest.Recv(t, "the activation's claim", arrived)
 	if ok, err := e.log.DeleteSession(t.Context(), "s", nil); !ok || err != nil {
 		t.Fatalf("delete: %v %v", ok, err)
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- e.reg.Close() }()
-	eventually(t, "Close starts", func() bool {
+	actortest.Eventually(t, "Close starts", func() bool {
 		e.reg.mu.Lock()
 		defer e.reg.mu.Unlock()
 		return e.reg.closed
 	})
 	release()
-	if got := notResumedReason(recv(t, "Resume", resumed)); got != machine.ReasonNotFound {
+	if got := notResumedReason(actortest.Recv(t, "Resume", resumed)); got != machine.ReasonNotFound {
 		t.Fatalf("resume of a session deleted under it: %q", got)
 	}
-	if err := recv(t, "Close", closed); err != nil {
+	if err := actortest.Recv(t, "Close", closed); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.reg.Stats(); st.Active != 0 || st.Activations != 1 {

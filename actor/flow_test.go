@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
@@ -200,7 +201,7 @@ func TestResumeCancelledWhileQueued(t *testing.T) {
 	if err := h1.Send(t.Context(), "m1", "hello", nil); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, "the actor to stall", c1.stalled)
+	actortest.Recv(t, "the actor to stall", c1.stalled)
 
 	a := e.actorOf("s")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -210,13 +211,13 @@ func TestResumeCancelledWhileQueued(t *testing.T) {
 		_, err := e.reg.Resume(ctx, ResumeRequest{SessionID: "s", UserID: "alice", Conn: c2})
 		errc <- err
 	}()
-	eventually(t, "the hello is queued", func() bool {
+	actortest.Eventually(t, "the hello is queued", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return len(a.queue) > 0
 	})
 	cancel()
-	if err := recv(t, "Resume", errc); !errors.Is(err, context.Canceled) {
+	if err := actortest.Recv(t, "Resume", errc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Resume: %v, want context.Canceled", err)
 	}
 	c1.armed.Store(false)

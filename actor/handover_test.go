@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
@@ -59,7 +60,7 @@ func TestFencedActorStepsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitClosed(t, machine.CloseShutdown)
-	eventually(t, "the actor steps down", func() bool { return e.actorOf("s") == nil })
+	actortest.Eventually(t, "the actor steps down", func() bool { return e.actorOf("s") == nil })
 	if rest := c.unread(); len(rest) != 0 {
 		t.Fatalf("the fenced actor showed %s", dumpOuts(rest))
 	}

@@ -25,32 +25,6 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // waitTimeout bounds every wait on a condition; nothing waits on time.
 const waitTimeout = 10 * time.Second
 
-// eventually polls cond until it holds, failing after waitTimeout.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		<-tick.C
-	}
-}
-
-// recv waits for a value on ch.
-func recv[T any](t *testing.T, what string, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // ---- entries ----
 
 func seqsOf(es []wal.Entry) []uint64 {

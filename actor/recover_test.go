@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
 
@@ -97,7 +98,7 @@ func startToolThenStop(t *testing.T, e *env, eng *gatedEngine) {
 	if en := expect[*machine.EntryOut](t, c).Entry; mdString(en, "status") != engine.ToolStarted {
 		t.Fatalf("entry 2 = %+v", en)
 	}
-	recv(t, "the tool to run", eng.g.started)
+	actortest.Recv(t, "the tool to run", eng.g.started)
 	e.stop()
 	if got := c.closeReasons(); !reflect.DeepEqual(got, []machine.CloseReason{machine.CloseShutdown}) {
 		t.Fatalf("close reasons at shutdown %v", got)
@@ -154,7 +155,7 @@ func TestRestartRerunsIdempotentTool(t *testing.T) {
 	eng := newGatedEngine(true)
 	e.cfg.Engine = eng
 	e.start()
-	run := recv(t, "the re-run", eng.g.started)
+	run := actortest.Recv(t, "the re-run", eng.g.started)
 	if run.Name != "search" || run.Args["query"] != "laptops" {
 		t.Fatalf("re-run = %+v", run)
 	}
@@ -197,8 +198,8 @@ func TestSweepThroughRegistry(t *testing.T) {
 	// b1's window passes with no actor; the next sweep's recount sees it.
 	sweeps := store.sweeps.Load()
 	e.clock.Advance(testWindow)
-	eventually(t, "a sweep", func() bool { return store.sweeps.Load() > sweeps })
-	eventually(t, "bob's slot is free", func() bool {
+	actortest.Eventually(t, "a sweep", func() bool { return store.sweeps.Load() > sweeps })
+	actortest.Eventually(t, "bob's slot is free", func() bool {
 		e.reg.mu.Lock()
 		defer e.reg.mu.Unlock()
 		return e.reg.live["bob"] == 0
@@ -209,7 +210,7 @@ func TestSweepThroughRegistry(t *testing.T) {
 	}
 	// An hour after their last activity both are deleted; b2 is live.
 	e.clock.Advance(time.Hour)
-	eventually(t, "the sweep deletes them", func() bool {
+	actortest.Eventually(t, "the sweep deletes them", func() bool {
 		_, err1 := e.log.Header("done")
 		_, err2 := e.log.Header("b1")
 		return errors.Is(err1, wal.ErrNotFound) && errors.Is(err2, wal.ErrNotFound)
@@ -237,7 +238,7 @@ func TestSweepRunsAfterRecovery(t *testing.T) {
 	e.start()
 	sweeps := store.sweeps.Load()
 	e.clock.Advance(time.Minute)
-	eventually(t, "a sweep after the restart", func() bool { return store.sweeps.Load() > sweeps })
+	actortest.Eventually(t, "a sweep after the restart", func() bool { return store.sweeps.Load() > sweeps })
 	if hd := e.header("s"); hd.Status != wal.StatusInterrupted || !hd.ExpiresAt.After(e.clock.Now()) {
 		t.Fatalf("after restart: %+v (now %v)", hd, e.clock.Now())
 	}

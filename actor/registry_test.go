@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
@@ -92,7 +93,7 @@ func TestRegistrySessionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitStatus("a2", wal.StatusCompleted)
-	eventually(t, "the slot is freed", func() bool {
+	actortest.Eventually(t, "the slot is freed", func() bool {
 		e.reg.mu.Lock()
 		defer e.reg.mu.Unlock()
 		return e.reg.live["alice"] == 1
@@ -223,7 +224,7 @@ func TestRegistryWindowExpiry(t *testing.T) {
 	// The tick at the end of the window expires it in the log.
 	e.clock.Advance(testWindow + time.Second)
 	e.waitStatus("s", wal.StatusExpired)
-	eventually(t, "the expired actor stops", func() bool { return e.actorOf("s") == nil })
+	actortest.Eventually(t, "the expired actor stops", func() bool { return e.actorOf("s") == nil })
 	if s := e.snapshot("s", "alice"); s.Status != wal.StatusExpired {
 		t.Fatalf("snapshot status %s", s.Status)
 	}
@@ -249,7 +250,7 @@ func TestRegistryWindowExpiryWhilePassive(t *testing.T) {
 		t.Fatalf("resume past the window: %q", got)
 	}
 	e.waitStatus("s", wal.StatusExpired)
-	eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
+	actortest.Eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
 }
 
 func TestRegistrySupersede(t *testing.T) {
@@ -290,7 +291,7 @@ func TestRegistryComplete(t *testing.T) {
 	if hd := e.waitStatus("s", wal.StatusCompleted); hd.LastSeq != 2 {
 		t.Fatalf("header = %+v", hd)
 	}
-	eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
+	actortest.Eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
 	h.Detach() // the gateway's usual teardown: harmless
 	if err := h.Send(t.Context(), "late", "x", nil); !errors.Is(err, ErrGone) {
 		t.Fatalf("send to a completed session's handle: %v, want ErrGone", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/wal"
 )
@@ -23,7 +24,7 @@ func TestSnapshotActiveShowsOnlyDurable(t *testing.T) {
 	if err := h.Send(t.Context(), "m2", "slow disk", nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the send's append is held", func() bool { return e.j.heldCount() == 1 })
+	actortest.Eventually(t, "the send's append is held", func() bool { return e.j.heldCount() == 1 })
 	e.j.resetCounts()
 	s := e.snapshot("s", "alice")
 	if s.Header.LastSeq != 2 || !reflect.DeepEqual(seqsOf(s.Messages), []uint64{1, 2}) || s.Status != wal.StatusActive {
@@ -56,13 +57,13 @@ func TestPipelinedSendsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "three appends in flight at once", func() bool { return e.j.heldCount() == 3 })
+	actortest.Eventually(t, "three appends in flight at once", func() bool { return e.j.heldCount() == 3 })
 	if rest := c.unread(); len(rest) != 0 {
 		t.Fatalf("delivered before durable: %s", dumpOuts(rest))
 	}
 	e.j.release()
 	var acks []uint64
-	eventually(t, "all acks", func() bool {
+	actortest.Eventually(t, "all acks", func() bool {
 		acks = acks[:0]
 		for _, o := range c.all() {
 			if a, ok := o.(*machine.AckOut); ok {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
 )
@@ -56,7 +57,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	if mdString(approved, "status") != engine.ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("after approve: %+v / %+v", approved, started)
 	}
-	recv(t, "the approved run", eng.g.started)
+	actortest.Recv(t, "the approved run", eng.g.started)
 	if err := h2.Approve(t.Context(), callID, false); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestCancelDuringTool(t *testing.T) {
 		note.Role != engine.RoleSystem || note.Metadata["cancelled"] != true {
 		t.Fatalf("cancel logged %+v / %+v", failed, note)
 	}
-	eventually(t, "the tool's context cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
+	actortest.Eventually(t, "the tool's context cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
 	sendToTool(t, h, c, eng.g, "q2", "search again")
 	eng.g.results <- "found"
 	expect[*machine.EntryOut](t, c)

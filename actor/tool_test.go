@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
 
@@ -30,7 +31,7 @@ func sendToTool(t *testing.T, h *Handle, c *recConn, g *gate, id, text string) w
 	if started.Role != engine.RoleTool || mdString(started, "status") != engine.ToolStarted {
 		t.Fatalf("started entry = %+v", started)
 	}
-	recv(t, "the tool run", g.started)
+	actortest.Recv(t, "the tool run", g.started)
 	return started
 }
 
@@ -53,8 +54,8 @@ func TestCompleteDuringTool(t *testing.T) {
 	}
 	expect[*machine.CompletedOut](t, c)
 	c.waitClosed(t, machine.CloseCompleted)
-	eventually(t, "the tool is cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
-	eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
+	actortest.Eventually(t, "the tool is cancelled", func() bool { return eng.g.cancelled.Load() == 1 })
+	actortest.Eventually(t, "the actor stops", func() bool { return e.actorOf("s") == nil })
 	s := e.snapshot("s", "alice")
 	if s.Status != wal.StatusCompleted || s.Pending != nil || s.Header.LastSeq != 3 {
 		t.Fatalf("after complete: %+v", s)
@@ -81,7 +82,7 @@ func TestDisconnectMidTool(t *testing.T) {
 		t.Fatalf("pending call during the run: %+v", p)
 	}
 	eng.g.progress <- "1 of 3 sources"
-	eventually(t, "the progress is kept", func() bool {
+	actortest.Eventually(t, "the progress is kept", func() bool {
 		p := e.snapshot("s", "alice").Pending
 		return p != nil && p.Partial == "1 of 3 sources"
 	})
@@ -122,7 +123,7 @@ func TestRegistryDemoDetachDuringTool(t *testing.T) {
 		t.Fatalf("ack = %+v", ack)
 	}
 	h.Detach()
-	recv(t, "the tool run", eng.g.started)
+	actortest.Recv(t, "the tool run", eng.g.started)
 	eng.g.results <- `Found 3 results for "laptops".`
 	e.waitHeader("s", "has the reply", func(h wal.Header) bool { return h.LastSeq == 4 })
 	e.settle("s")
@@ -193,7 +194,7 @@ func TestCloseMidTurn(t *testing.T) {
 	}
 	expect[*machine.AckOut](t, cn)
 	expect[*machine.EntryOut](t, cn)
-	eventually(t, "the engine step runs", func() bool { return eng.nexts.Load() == 2 })
+	actortest.Eventually(t, "the engine step runs", func() bool { return eng.nexts.Load() == 2 })
 
 	if err := e.reg.Close(); err != nil {
 		t.Fatal(err)

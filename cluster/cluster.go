@@ -92,7 +92,7 @@ type Config struct {
 	// encoded again there.
 	EncodeFrame func(machine.Out) ([]byte, error)
 	// Transport replaces memberlist's network transport (tests cut gossip
-	// with a FaultyTransport).
+	// with a clustertest.FaultyTransport).
 	Transport memberlist.Transport
 	// Logger; default slog.Default().
 	Logger *slog.Logger

@@ -159,7 +159,7 @@ type MembershipConfig struct {
 	// or a member's state or metadata changes, and once at start.
 	OnChange func(members []Member)
 	// Transport replaces memberlist's UDP+TCP transport (tests wrap one in
-	// a FaultyTransport). The Membership owns it: Close shuts it down, as
+	// a clustertest.FaultyTransport). The Membership owns it: Close shuts it down, as
 	// does NewMembership when it fails.
 	Transport memberlist.Transport
 	// Logger defaults to slog.Default(). memberlist's own log goes to it

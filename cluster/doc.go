@@ -37,7 +37,7 @@
 // refused. memberlist does not expose its suspect state, so each node pings
 // the members itself (one UDP ping each per probe interval) and reports a
 // member that missed two in a row as MemberSuspect until gossip declares it
-// dead. FaultyTransport cuts gossip in tests.
+// dead. (Tests cut gossip with package clustertest.)
 //
 // # Link
 //

@@ -26,18 +26,6 @@ var quiet = func() *slog.Logger {
 // machine is shared.
 const waitFor = 20 * time.Second
 
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
-
 // waitClosed waits for ch to be closed, failing the test after waitFor.
 func waitClosed(t testing.TB, ch <-chan struct{}, what string) {
 	t.Helper()

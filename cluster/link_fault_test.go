@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tether-dev/tether/actor/actortest"
 )
 
 // blockingServe answers "echo", and holds "hold" calls until their ctx
@@ -58,7 +60,7 @@ func TestLinkPeerRestart(t *testing.T) {
 	}
 
 	b2 := startLink(t, b.addr, LinkConfig{NodeID: "b", Secret: "s", Serve: echoServe})
-	eventually(t, "a call to the restarted peer", func() bool {
+	actortest.Eventually(t, "a call to the restarted peer", func() bool {
 		err := a.Call(ctx, b.addr, "echo", "two", &out)
 		if err != nil && !errors.Is(err, ErrLinkDown) {
 			t.Fatalf("call to the restarting peer: %v", err)
@@ -78,7 +80,7 @@ func TestLinkWrongSecretRefused(t *testing.T) {
 	if !errors.Is(err, ErrAuth) {
 		t.Fatalf("call with the wrong secret: %v, want ErrAuth", err)
 	}
-	eventually(t, "the server to log the refused peer", func() bool { return rec.count("authentication") > 0 })
+	actortest.Eventually(t, "the server to log the refused peer", func() bool { return rec.count("authentication") > 0 })
 	if b.acceptedCount() != 0 {
 		t.Fatal("the server kept a connection from a peer with the wrong secret")
 	}
@@ -171,7 +173,7 @@ func TestLinkCloseWithCallsInFlight(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	// The server side's Serves were cancelled when a's connection went.
-	eventually(t, "b to drop the connection", func() bool { return b.acceptedCount() == 0 })
+	actortest.Eventually(t, "b to drop the connection", func() bool { return b.acceptedCount() == 0 })
 }
 
 func TestLinkCloseEndsServesAndStreams(t *testing.T) {

@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tether-dev/tether/actor/actortest"
+	"github.com/tether-dev/tether/cluster/clustertest"
 )
 
 type gossipNode struct {
 	*Membership
-	ft *FaultyTransport
+	ft *clustertest.FaultyTransport
 }
 
 type nodeOpts struct {
@@ -38,7 +41,7 @@ func startGossip(t *testing.T, id string, seeds []string, o nodeOpts) *gossipNod
 	return &gossipNode{Membership: m, ft: ft}
 }
 
-func newGossip(id string, seeds []string, o nodeOpts) (*Membership, *FaultyTransport, error) {
+func newGossip(id string, seeds []string, o nodeOpts) (*Membership, *clustertest.FaultyTransport, error) {
 	if o.log == nil {
 		o.log = quiet
 	}
@@ -49,7 +52,7 @@ func newGossip(id string, seeds []string, o nodeOpts) (*Membership, *FaultyTrans
 	if err != nil {
 		return nil, nil, err
 	}
-	ft := NewFaultyTransport(nt)
+	ft := clustertest.NewFaultyTransport(nt)
 	m, err := NewMembership(MembershipConfig{
 		Self:      NodeMeta{ID: id, ClientAddr: "127.0.0.1:1" + id, LinkAddr: "127.0.0.1:2" + id},
 		Bind:      "127.0.0.1:0",
@@ -88,7 +91,7 @@ func startThree(t *testing.T, o nodeOpts) (a, b, c *gossipNode) {
 	a = startGossip(t, "1", nil, o)
 	b = startGossip(t, "2", []string{a.Addr()}, o)
 	c = startGossip(t, "3", []string{a.Addr()}, o)
-	eventually(t, "three members everywhere", sees("1,2,3", a, b, c))
+	actortest.Eventually(t, "three members everywhere", sees("1,2,3", a, b, c))
 	return a, b, c
 }
 
@@ -118,7 +121,7 @@ func TestMembershipLeaveIsNoticed(t *testing.T) {
 	if err := c.Leave(ctx); err != nil {
 		t.Fatalf("leave: %v", err)
 	}
-	eventually(t, "the others to drop the leaver", sees("1,2", a, b))
+	actortest.Eventually(t, "the others to drop the leaver", sees("1,2", a, b))
 	t.Logf("graceful leave noticed in %v", time.Since(start))
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close after Leave: %v", err)
@@ -134,7 +137,7 @@ func TestMembershipCrashIsDetected(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	eventually(t, "the others to declare the crashed node dead", sees("1,2", a, b))
+	actortest.Eventually(t, "the others to declare the crashed node dead", sees("1,2", a, b))
 	took := time.Since(start)
 	t.Logf("crash detected in %v", took)
 	// TestTiming aims at about a second; the bound leaves room for a
@@ -151,7 +154,7 @@ func TestMembershipSuspect(t *testing.T) {
 	a, b, c := startThree(t, nodeOpts{})
 	a.ft.Block(c.Addr())
 	c.ft.Block(a.Addr())
-	eventually(t, "1 to suspect 3", func() bool {
+	actortest.Eventually(t, "1 to suspect 3", func() bool {
 		m, ok := a.Member("3")
 		return ok && m.State == MemberSuspect
 	})
@@ -160,7 +163,7 @@ func TestMembershipSuspect(t *testing.T) {
 	}
 	a.ft.Heal()
 	c.ft.Heal()
-	eventually(t, "1 to see 3 alive again", func() bool {
+	actortest.Eventually(t, "1 to see 3 alive again", func() bool {
 		m, ok := a.Member("3")
 		return ok && m.State == MemberAlive
 	})
@@ -169,22 +172,22 @@ func TestMembershipSuspect(t *testing.T) {
 func TestMembershipPartitionHeals(t *testing.T) {
 	a, b, c := startThree(t, nodeOpts{secret: "k"})
 	c.ft.Isolate()
-	eventually(t, "the majority to drop the isolated node", sees("1,2", a, b))
-	eventually(t, "the isolated node to be alone", sees("3", c))
+	actortest.Eventually(t, "the majority to drop the isolated node", sees("1,2", a, b))
+	actortest.Eventually(t, "the isolated node to be alone", sees("3", c))
 	c.ft.Heal()
-	eventually(t, "the partition to merge back", sees("1,2,3", a, b, c))
+	actortest.Eventually(t, "the partition to merge back", sees("1,2,3", a, b, c))
 
 	// The seed itself cut off: the others find it again through their seeds.
 	a.ft.Isolate()
-	eventually(t, "the others to drop the seed", sees("2,3", b, c))
+	actortest.Eventually(t, "the others to drop the seed", sees("2,3", b, c))
 	a.ft.Heal()
-	eventually(t, "the seed to come back", sees("1,2,3", a, b, c))
+	actortest.Eventually(t, "the seed to come back", sees("1,2,3", a, b, c))
 }
 
 func TestMembershipWrongSecretCannotJoin(t *testing.T) {
 	a := startGossip(t, "1", nil, nodeOpts{secret: "right"})
 	b := startGossip(t, "2", []string{a.Addr()}, nodeOpts{secret: "right"})
-	eventually(t, "the right secret to join", sees("1,2", a, b))
+	actortest.Eventually(t, "the right secret to join", sees("1,2", a, b))
 	lg, rec := newLogRecorder()
 	c := startGossip(t, "3", []string{a.Addr()}, nodeOpts{secret: "wrong", log: lg})
 	if rec.count("initial join failed") != 1 {
@@ -192,7 +195,7 @@ func TestMembershipWrongSecretCannotJoin(t *testing.T) {
 	}
 	// Wait for several rejoin attempts to have failed, then check nobody
 	// let the stranger in.
-	eventually(t, "two failed rejoins", func() bool { return rec.count("rejoin failed") >= 2 })
+	actortest.Eventually(t, "two failed rejoins", func() bool { return rec.count("rejoin failed") >= 2 })
 	if !sees("1,2", a, b)() || !sees("3", c)() {
 		t.Fatalf("a node with another secret got in: 1 sees %s, 3 sees %s", ids(a.Members()), ids(c.Members()))
 	}
@@ -222,15 +225,15 @@ func TestMembershipOnChangeInOrder(t *testing.T) {
 		return seen[len(seen)-1]
 	}
 	a := startGossip(t, "1", nil, nodeOpts{onChange: record})
-	eventually(t, "the first call", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > 0 })
+	actortest.Eventually(t, "the first call", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > 0 })
 	b := startGossip(t, "2", []string{a.Addr()}, nodeOpts{})
-	eventually(t, "2 in OnChange", func() bool { return last() == "1,2" })
+	actortest.Eventually(t, "2 in OnChange", func() bool { return last() == "1,2" })
 	c := startGossip(t, "3", []string{b.Addr()}, nodeOpts{})
-	eventually(t, "3 in OnChange", func() bool { return last() == "1,2,3" })
+	actortest.Eventually(t, "3 in OnChange", func() bool { return last() == "1,2,3" })
 	if err := c.Leave(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "3 gone in OnChange", func() bool { return last() == "1,2" })
+	actortest.Eventually(t, "3 gone in OnChange", func() bool { return last() == "1,2" })
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"1", "1,2", "1,2,3", "1,2"}; !slices.Equal(seen, want) {
@@ -245,14 +248,14 @@ func TestMembershipDuplicateID(t *testing.T) {
 	lg, rec := newLogRecorder()
 	a := startGossip(t, "1", nil, nodeOpts{secret: "k", log: lg})
 	b := startGossip(t, "2", []string{a.Addr()}, nodeOpts{secret: "k"})
-	eventually(t, "two members", sees("1,2", a, b))
+	actortest.Eventually(t, "two members", sees("1,2", a, b))
 	_, _, err := newGossip("2", []string{a.Addr()}, nodeOpts{secret: "k"})
 	if !errors.Is(err, ErrDuplicateID) {
 		t.Fatalf("second node with id 2: err %v, want ErrDuplicateID", err)
 	}
 	// The seed merges the newcomer's state on its own goroutine, maybe
 	// after the newcomer has given up.
-	eventually(t, "the seed to log the refused duplicate", func() bool { return rec.count("two nodes use one id") > 0 })
+	actortest.Eventually(t, "the seed to log the refused duplicate", func() bool { return rec.count("two nodes use one id") > 0 })
 	if m, _ := a.Member("2"); m.GossipAddr != b.Addr() {
 		t.Fatalf("member 2 is at %s, want the first holder %s", m.GossipAddr, b.Addr())
 	}

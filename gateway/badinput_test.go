@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -346,7 +347,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	// history counts against the same rate: ask until it is let through.
 	var h map[string]any
-	eventually(t, "a history request within the rate", func() bool {
+	actortest.Eventually(t, "a history request within the rate", func() bool {
 		c.send(map[string]any{"type": "history", "before_seq": 0, "limit": 200})
 		f := c.read()
 		if f["type"] == "error" && f["code"] == "rate_limited" && f["id"] == nil {
@@ -374,7 +375,7 @@ func TestRateLimit(t *testing.T) {
 		again = id
 		break
 	}
-	eventually(t, "a rate-limited id to be accepted later", func() bool {
+	actortest.Eventually(t, "a rate-limited id to be accepted later", func() bool {
 		c.sendMsg(again, "retry")
 		f := c.read()
 		if f["type"] == "error" {
@@ -491,7 +492,7 @@ func TestSlowReader(t *testing.T) {
 	}
 	var last uint64
 	start := time.Now()
-	eventually(t, fmt.Sprintf("every stored send (%d) to be answered", nusers), func() bool {
+	actortest.Eventually(t, fmt.Sprintf("every stored send (%d) to be answered", nusers), func() bool {
 		last = n.snapshot(t, tok, sid).LastSeq
 		return last == uint64(2*nusers)
 	})

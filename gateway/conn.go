@@ -11,6 +11,7 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/cluster"
+	"github.com/tether-dev/tether/gateway/internal/cork"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -24,7 +25,7 @@ import (
 type conn struct {
 	srv     *Server
 	ws      *websocket.Conn
-	cork    *corkConn     // nil when the listener was not the server's
+	cork    *cork.Conn    // nil when the listener was not the server's
 	limiter *rate.Limiter // nil: no limit
 	rbuf    *[]byte       // the pooled buffer of the frame being handled (reader only)
 	// opened is when the socket was upgraded: the hello deadline counts
@@ -70,9 +71,9 @@ var (
 
 func newConn(s *Server, ws *websocket.Conn) *conn {
 	c := &conn{srv: s, ws: ws, opened: time.Now()}
-	c.cork, _ = ws.NetConn().(*corkConn)
+	c.cork, _ = ws.NetConn().(*cork.Conn)
 	if c.cork != nil {
-		c.cork.frames.start() // the upgrade is done: what follows are frames
+		c.cork.Start(c.heard) // the upgrade is done: what follows are frames
 	}
 	if s.cfg.Rate > 0 {
 		c.limiter = rate.NewLimiter(rate.Limit(s.cfg.Rate), 2*int(s.cfg.Rate))
@@ -304,17 +305,17 @@ func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 		}
 	} else {
 		// Gorilla still writes the ping; the frames are framed into the
-		// same buffer after it (cork.go), and the deadline is set once
+		// same buffer after it (package cork), and the deadline is set once
 		// for the one write.
-		c.cork.cork()
+		c.cork.Cork()
 		if ping {
 			err = c.ws.WriteControl(websocket.PingMessage, nil, deadline)
 		}
 		if err == nil {
-			c.cork.text(frames)
+			c.cork.Text(frames)
 			err = c.cork.SetWriteDeadline(deadline)
 		}
-		if uerr := c.cork.uncork(); err == nil {
+		if uerr := c.cork.Uncork(); err == nil {
 			err = uerr
 		}
 	}

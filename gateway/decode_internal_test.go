@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tether-dev/tether/gateway/internal/flatjson"
 )
 
 // FuzzDecodeOnceMatches: whatever the one-pass decoder accepts, the
@@ -42,7 +44,7 @@ func FuzzDecodeOnceMatches(f *testing.F) {
 	})
 }
 
-// decodeFlat, the hand-written path for flat frames, agrees with
+// flatjson.Decode, the hand-written path for flat frames, agrees with
 // encoding/json on every frame it takes.
 func FuzzDecodeFlatMatches(f *testing.F) {
 	for _, s := range []string{
@@ -64,7 +66,10 @@ func FuzzDecodeFlatMatches(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		flat, ok := decodeFlat(data)
+		flat, ok := flatjson.Decode(data)
+		if ok {
+			flat, ok = pickStorable(flat)
+		}
 		if !ok {
 			return
 		}
@@ -76,28 +81,4 @@ func FuzzDecodeFlatMatches(f *testing.F) {
 			t.Fatalf("%s: flat path %+v, encoding/json %+v", data, flat, viaJSON)
 		}
 	})
-}
-
-// The flat path takes the frames it is for.
-func TestDecodeFlatTakes(t *testing.T) {
-	for _, s := range []string{
-		`{"type":"send","id":"m1","content":"hello"}`,
-		`{"type":"ping","id":"p"}`,
-		`{"type":"history","before_seq":3,"limit":2}`,
-		`{"type":"hello","token":"t","session_id":"s","last_seq":0}`,
-	} {
-		if _, ok := decodeFlat([]byte(s)); !ok {
-			t.Errorf("%s: not taken", s)
-		}
-	}
-	for _, s := range []string{
-		`{"type":"send","id":"m1","content":"a\"b"}`,
-		`{"type":"send","metadata":{}}`,
-		`{"type":"history","limit":-1}`,
-		`{"type":"send","id":"a","id":"b"}`,
-	} {
-		if _, ok := decodeFlat([]byte(s)); ok {
-			t.Errorf("%s: taken", s)
-		}
-	}
 }

@@ -2,19 +2,39 @@
 // wire protocol of PROTOCOL.md, token checks, the limits on bad input, and
 // routing each connection to its session's owner through a Backend (this
 // node's registry, or the cluster). It holds no session state: every frame
-// is passed to the session's actor, and every answer comes back through the
-// connection's bounded queue.
+// is passed to the session's actor through an actor.Session, and every
+// answer comes back through the connection's bounded queue.
 //
-// A connection costs little while idle: its reader waits for the client on
-// a small stack (idle.go) and handles what arrives on one of the server's
-// parked goroutines (actor/workers), whose stacks have grown already; its
-// writer exists only while frames are queued, on such a goroutine too, and
-// puts everything queued on the wire with one write (cork.go). Flat
-// client frames, the common ones, are decoded without encoding/json
-// (flat.go).
+// Reading it top-down: server.go (the Server, its Config, the Backend),
+// http.go (the HTTP routes), conn.go (one connection: its queue and its
+// writer), read.go (the reader goroutine and frame decoding), hello.go
+// (the first frame: resume or create), dispatch.go (every frame after
+// it), wire.go (what the actor says, as frames).
+//
+// The speed tricks live apart, each with its invariant in its doc, so the
+// protocol code reads without them: internal/cork (the socket: corked
+// writes, one write per batch; idle readers waiting on a small stack),
+// internal/jsonenc (the frames sent most, written without reflection),
+// internal/flatjson (the frames received most, decoded without
+// reflection). A connection costs little while idle: its reader waits
+// for the client in cork, handles what arrives on one of the server's
+// parked goroutines (actor/workers), whose stacks have grown already;
+// its writer exists only while frames are queued.
 //
 // Subpackages: wire (frame types and codes, shared with clients), client
 // (the Go client library), web (the demo page), node (how a node is
 // assembled), faultnet and wstest (a failing network and a raw WebSocket
 // client, for tests).
+//
+// The exported surface:
+//
+//   - Server, New, Config, Metrics, NewMetrics: the server.
+//   - Backend, Local, Clustered: what it routes sessions to.
+//   - Issue, TokenSpec, Verify, Identity, Claims, Leeway, MaxUserLen:
+//     tokens.
+//   - DecodeFrame, EncodeFrame, MessageOf, PendingOf, MaxSendIDLen: frames
+//     (EncodeFrame is shared with the cluster's forwarding).
+//   - CertFiles, NewCertFiles, ErrBadCert: TLS from files, reloaded.
+//   - ErrUnauthorized, ErrInvalidPayload, ErrUnavailable: what callers
+//     branch on.
 package gateway

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -174,7 +175,7 @@ func TestHistoryFloodBounded(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, "the flooding client to be cut off (tether_slow_clients_total)", func() bool {
+	actortest.Eventually(t, "the flooding client to be cut off (tether_slow_clients_total)", func() bool {
 		v, _ := n.metric(t, "tether_slow_clients_total")
 		return v >= 1
 	})
@@ -270,7 +271,7 @@ func TestFramesCountAgainstRate(t *testing.T) {
 	}
 	// Within the rate both kinds are served again.
 	for _, f := range []map[string]any{{"type": "history", "limit": 1}, {"type": "context", "set": map[string]any{"k": 1}}} {
-		eventually(t, fmt.Sprintf("the rate to let %v through", f["type"]), func() bool {
+		actortest.Eventually(t, fmt.Sprintf("the rate to let %v through", f["type"]), func() bool {
 			c.send(f)
 			a := c.read()
 			if a["type"] == "error" && a["code"] == "rate_limited" {

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 	tnode "github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/wal"
@@ -29,7 +30,7 @@ type node struct {
 	Log   *wal.Log
 	Reg   *actor.Registry
 	Srv   *gateway.Server
-	clock *actor.ManualClock
+	clock *actortest.ManualClock
 	// Metrics are the node's metrics, wired to the log and the registry.
 	Metrics *gateway.Metrics
 	// Dir is the node's Pebble directory.
@@ -60,7 +61,7 @@ func startNode(t *testing.T, o nodeOpts) *node {
 	}
 	ac := o.actor
 	if o.fake {
-		n.clock = actor.NewManualClock(time.Now())
+		n.clock = actortest.NewManualClock(time.Now())
 		ac.Clock = n.clock
 	}
 	if ac.Logger == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -39,18 +40,6 @@ var httpc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Ti
 
 // waitFor is how long eventually polls before failing.
 const waitFor = 15 * time.Second
-
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
 
 // tokenSpec issues a token for spec, now.
 func tokenSpec(t *testing.T, spec gateway.TokenSpec) string {
@@ -312,7 +301,7 @@ func (n *node) snapshot(t *testing.T, tok, sid string) wire.Snapshot {
 func (n *node) waitStatus(t *testing.T, tok, sid, status string) wire.Snapshot {
 	t.Helper()
 	var s wire.Snapshot
-	eventually(t, "session "+sid+" to be "+status, func() bool {
+	actortest.Eventually(t, "session "+sid+" to be "+status, func() bool {
 		s = n.snapshot(t, tok, sid)
 		return s.Status == status
 	})

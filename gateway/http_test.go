@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -139,7 +140,7 @@ func TestMetrics(t *testing.T) {
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "x")
-	eventually(t, "tether_connections 1", func() bool { v, ok := n.metric(t, "tether_connections"); return ok && v == 1 })
+	actortest.Eventually(t, "tether_connections 1", func() bool { v, ok := n.metric(t, "tether_connections"); return ok && v == 1 })
 	if v, ok := n.metric(t, "tether_sessions_active"); !ok || v < 1 {
 		t.Fatalf("tether_sessions_active %v %v", v, ok)
 	}
@@ -148,7 +149,7 @@ func TestMetrics(t *testing.T) {
 	}
 	c.send(map[string]any{"type": "nonsense"})
 	c.readType("error")
-	eventually(t, "tether_errors_total{code=\"bad_request\"}", func() bool {
+	actortest.Eventually(t, "tether_errors_total{code=\"bad_request\"}", func() bool {
 		v, ok := n.metric(t, `tether_errors_total{code="bad_request"}`)
 		return ok && v == 1
 	})
@@ -158,7 +159,7 @@ func TestMetrics(t *testing.T) {
 	c2.resume(tok, sid, 2)
 	// Observed once the hello is done, which may be just after the
 	// client has its history_batch.
-	eventually(t, "tether_resume_seconds_count 1", func() bool {
+	actortest.Eventually(t, "tether_resume_seconds_count 1", func() bool {
 		v, ok := n.metric(t, "tether_resume_seconds_count")
 		if v > 1 {
 			t.Fatalf("tether_resume_seconds_count %v, want 1", v)
@@ -166,7 +167,7 @@ func TestMetrics(t *testing.T) {
 		return ok && v == 1
 	})
 	c2.closeNow()
-	eventually(t, "tether_connections 0", func() bool { v, ok := n.metric(t, "tether_connections"); return ok && v == 0 })
+	actortest.Eventually(t, "tether_connections 0", func() bool { v, ok := n.metric(t, "tether_connections"); return ok && v == 0 })
 	_, _, body := do(t, "GET", n.HTTP+"/metrics", "", nil)
 	for _, name := range []string{"tether_connections", "tether_sessions_active", "tether_wal_fsync_batch_requests", "tether_resume_seconds", "tether_errors_total"} {
 		if !strings.Contains(string(body), "\n"+name) {

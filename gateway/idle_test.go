@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
 )
 
@@ -80,7 +81,7 @@ func TestFramesInOneSegment(t *testing.T) {
 }
 
 // TestIdleReadersWaitOnASmallStack: once a connection has nothing more to
-// read, its reader waits for the socket in waitIdle, not inside gorilla's
+// read, its reader waits for the socket in cork.Conn.WaitIdle, not inside gorilla's
 // frame reader; a pong answering the server's heartbeat keeps it there.
 // (A reader blocked inside gorilla holds a 4 KiB stack for as long as the
 // connection is idle; BenchmarkSessionMemory in bench/ measures it.) Not
@@ -106,14 +107,14 @@ func TestIdleReadersWaitOnASmallStack(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "pings answered", func() bool { return pongs.Load() >= 5*conns })
-	eventually(t, "every reader waiting in waitIdle", func() bool {
+	actortest.Eventually(t, "pings answered", func() bool { return pongs.Load() >= 5*conns })
+	actortest.Eventually(t, "every reader waiting in WaitIdle", func() bool {
 		idle, deep := readerStacks()
 		return idle == conns && deep == 0
 	})
 }
 
-// readerStacks counts the gateway's reader goroutines waiting in waitIdle
+// readerStacks counts the gateway's reader goroutines waiting in cork.Conn.WaitIdle
 // and those blocked inside gorilla's reader.
 func readerStacks() (idle, deep int) {
 	buf := make([]byte, 1<<20)
@@ -130,7 +131,7 @@ func readerStacks() (idle, deep int) {
 			continue
 		}
 		switch {
-		case strings.Contains(g, "gateway.(*conn).waitIdle"):
+		case strings.Contains(g, "cork.(*Conn).WaitIdle"):
 			idle++
 		case strings.Contains(g, "websocket.(*Conn).NextReader"):
 			deep++

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
@@ -39,7 +40,7 @@ func TestKeepalive(t *testing.T) {
 		}
 	}()
 	// 20 pings span well over PongWait.
-	eventually(t, "20 pings", func() bool { return pings.Load() >= 20 })
+	actortest.Eventually(t, "20 pings", func() bool { return pings.Load() >= 20 })
 	if st := n.snapshot(t, tok, sid).Status; st != "active" {
 		t.Fatalf("a peer answering pings was dropped: status %s", st)
 	}
@@ -212,7 +213,7 @@ func TestPassivatedResume(t *testing.T) {
 	c.send(map[string]any{"type": "context", "set": map[string]any{"goal": "g"}})
 	c.readType("context")
 	c.closeNow()
-	eventually(t, "the actor to passivate", func() bool { return n.Reg.Stats().Active == 0 })
+	actortest.Eventually(t, "the actor to passivate", func() bool { return n.Reg.Stats().Active == 0 })
 	if st := n.snapshot(t, tok, sid).Status; st != "interrupted" {
 		t.Fatalf("passivated session status %s", st)
 	}

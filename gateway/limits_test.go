@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
@@ -117,7 +118,7 @@ func TestTurnQueueCapped(t *testing.T) {
 		t.Fatalf("%d user entries stored, want 2", users)
 	}
 	// Later the refused id goes through.
-	eventually(t, "q5 to be accepted once the queue drains", func() bool {
+	actortest.Eventually(t, "q5 to be accepted once the queue drains", func() bool {
 		c.sendMsg("q5", "laptop 5")
 		for {
 			f := c.read()
@@ -171,7 +172,7 @@ func TestSessionsPerUser(t *testing.T) {
 	conns[0].send(map[string]any{"type": "complete"})
 	conns[0].readType("completed")
 	conns[0].expectClose(1000)
-	eventually(t, "a new session once one is completed", func() bool {
+	actortest.Eventually(t, "a new session once one is completed", func() bool {
 		c := dial(t, n.URL)
 		c.send(map[string]any{"type": "hello", "token": alice})
 		f := c.read()

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
@@ -68,7 +69,7 @@ func TestConnectionMetrics(t *testing.T) {
 	}
 
 	want := map[string]float64{"1008": 1, "1007": 2, "1003": 1, "4001": 1, "1000": 2, "1001": 1}
-	eventually(t, "the closes to be counted", func() bool {
+	actortest.Eventually(t, "the closes to be counted", func() bool {
 		for code, v := range want {
 			if metric(fmt.Sprintf(`tether_connections_closed_total{code="%s"}`, code)) != v {
 				return false
@@ -149,7 +150,7 @@ func TestDebugLogPerConnectionEvent(t *testing.T) {
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.sendMsg("q", "find a laptop")
-	eventually(t, "the agent's answer", func() bool { return c.read()["role"] == "agent" })
+	actortest.Eventually(t, "the agent's answer", func() bool { return c.read()["role"] == "agent" })
 	c.send(map[string]any{"type": "send", "id": 7, "content": "x"}) // JSON, but not a valid send
 	c.readType("error")
 	c.send(map[string]any{"type": "dance"})
@@ -313,7 +314,7 @@ func TestCloseThenResumeAtOnce(t *testing.T) {
 		c.resume(tok, sid, 0)
 	}
 	c.closeClean()
-	eventually(t, "every close to be counted", func() bool {
+	actortest.Eventually(t, "every close to be counted", func() bool {
 		v, _ := n.metric(t, "tether_connections")
 		return v == 0
 	})

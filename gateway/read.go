@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/gateway/internal/flatjson"
 	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
@@ -45,14 +46,16 @@ func (c *conn) serve() {
 // grows it (decoding, the actor's mailbox) to a size the runtime never
 // shrinks back to its minimum. So whenever the client has nothing more
 // buffered, the loop hands over to a fresh goroutine, which waits for the
-// next frame on a small stack (waitIdle, idle.go). A goroutine is cheap
+// next frame on a small stack (package cork: WaitIdle). A goroutine is cheap
 // next to handling a frame.
 //
 // Handling frames runs on one of the server's parked goroutines
 // (workers.Pool), whose stack has grown already: a fresh goroutine would
 // grow its own, copying it at each doubling, for every burst.
 func (c *conn) readLoop() {
-	c.waitIdle()
+	if c.cork != nil {
+		c.cork.WaitIdle(c.taken)
+	}
 	c.srv.workers.Go(c.readFrames)
 }
 
@@ -66,7 +69,7 @@ func (c *conn) readFrames() {
 		if !ok {
 			break
 		}
-		if c.idle() {
+		if c.cork != nil && c.cork.Idle(c.taken) {
 			go c.readLoop()
 			return
 		}
@@ -356,8 +359,8 @@ func decodeSlow(data []byte) (wire.ClientFrame, error) {
 // reports false for anything DecodeFrame must look at more closely: an
 // error, no type, or values that cannot be stored.
 func decodeOnce(data []byte) (wire.ClientFrame, bool) {
-	if f, ok := decodeFlat(data); ok {
-		return f, true
+	if f, ok := flatjson.Decode(data); ok {
+		return pickStorable(f) // nothing a flat frame holds can fail to store
 	}
 	return decodeJSON(data)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/cluster"
+	"github.com/tether-dev/tether/gateway/internal/cork"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -211,7 +212,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil || s.cfg.LinkTLS != nil {
 		ln = sniffListener{Listener: ln, cfg: &tls.Config{GetConfigForClient: s.tlsFor}}
 	}
-	err := s.http.Serve(corkListener{Listener: ln, pool: &s.bufs})
+	err := s.http.Serve(cork.Listener{Listener: ln, Pool: &s.bufs})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

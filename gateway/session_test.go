@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
 )
@@ -64,7 +65,7 @@ func TestSuperseded(t *testing.T) {
 	}
 	// Once the old connection is gone on the server too, the session is
 	// still active and the new connection still works.
-	eventually(t, "one connection left", func() bool {
+	actortest.Eventually(t, "one connection left", func() bool {
 		v, ok := n.metric(t, "tether_connections")
 		return ok && v == 1
 	})
@@ -209,7 +210,7 @@ func TestDisconnectMidTool(t *testing.T) {
 		}
 	}
 	// The turn goes on without the client.
-	eventually(t, "the agent reply to be logged", func() bool {
+	actortest.Eventually(t, "the agent reply to be logged", func() bool {
 		s := n.snapshot(t, tok, sid)
 		return len(s.Messages) > 0 && s.Messages[len(s.Messages)-1].Role == "agent"
 	})
@@ -250,7 +251,7 @@ func TestShutdownCloses1012(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "interrupted after shutdown", func() bool {
+	actortest.Eventually(t, "interrupted after shutdown", func() bool {
 		m, err = n.Log.Header(sid)
 		return err == nil && m.Status == "interrupted"
 	})

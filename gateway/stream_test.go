@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 )
 
@@ -257,7 +258,7 @@ func TestStreamToolInsideTurn(t *testing.T) {
 	_ = c2
 	e.finish("It is there.")
 	// Whatever came live or in the batch, the log holds it in order.
-	eventually(t, "the reply after the tool", func() bool {
+	actortest.Eventually(t, "the reply after the tool", func() bool {
 		return n.snapshot(t, tok, sid).LastSeq == 5
 	})
 	msgs := n.snapshot(t, tok, sid).Messages

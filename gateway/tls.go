@@ -5,13 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/tether-dev/tether/cluster"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tether-dev/tether/cluster"
+	"github.com/tether-dev/tether/gateway/internal/cork"
 )
 
 // ErrBadCert is a certificate or key file that cannot be used.
@@ -142,9 +144,7 @@ type sniffKey struct{}
 
 // connContext remembers a request's connection for guardTLS.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if cc, ok := c.(*corkConn); ok {
-		c = cc.Conn
-	}
+	c = cork.Unwrap(c)
 	if sc, ok := c.(*sniffConn); ok {
 		return context.WithValue(ctx, sniffKey{}, sc)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/gateway/internal/jsonenc"
 	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
@@ -51,13 +52,13 @@ func appendOut(b []byte, o machine.Out) ([]byte, error) {
 	var v any
 	switch o := o.(type) {
 	case *machine.EntryOut:
-		return appendMessage(slices.Grow(b, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
+		return jsonenc.AppendMessage(slices.Grow(b, 128+len(o.Entry.Content)), &o.Entry, wire.TypeMessage), nil
 	case *machine.AckOut:
-		return appendAck(slices.Grow(b, 48+len(o.ID)), o.ID, o.Seq), nil
+		return jsonenc.AppendAck(slices.Grow(b, 48+len(o.ID)), o.ID, o.Seq), nil
 	case *machine.DeltaOut:
-		return appendDelta(slices.Grow(b, 64+len(o.Text)), deltaFrame(o)), nil
+		return jsonenc.AppendDelta(slices.Grow(b, 64+len(o.Text)), deltaFrame(o)), nil
 	case *machine.BatchOut:
-		return appendBatch(slices.Grow(b, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
+		return jsonenc.AppendBatch(slices.Grow(b, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
 	case *machine.SessionOut:
 		v = wire.SessionFrame{
 			Type: wire.TypeSession, SessionID: o.SessionID, Resumed: o.Resumed, Reason: o.Reason,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -200,28 +201,27 @@ func (l *Log) heldEntry(b *pebble.Batch, sid string, seq uint64) (Entry, bool) {
 }
 
 // truncate deletes the entries lo..hi of sid and the send ids that point
-// at them.
+// at them. The send ids are found by their own records (a range scan of
+// the session's send keys), not by reading the entries' metadata, which
+// is the actor's vocabulary and not the log's; a truncation is rare
+// (a copy that diverged from its owner), so the scan costs little.
 func (l *Log) truncate(b *pebble.Batch, sid string, lo, hi uint64) error {
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: entryKey(sid, lo), UpperBound: entryKey(sid, hi+1)})
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: sessionPrefix(prefixSend, sid), UpperBound: sessionEnd(prefixSend, sid)})
 	if err != nil {
 		return err
 	}
-	var ids []string
+	var stale [][]byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if e, err := DecodeEntry(it.Value()); err == nil {
-			if id, ok := e.Metadata["id"].(string); ok && e.Role == "user" {
-				ids = append(ids, id)
-			}
+		if v := it.Value(); len(v) == 8 && beUint64(v) >= lo && beUint64(v) <= hi {
+			stale = append(stale, slices.Clone(it.Key()))
 		}
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if v, err := getRaw(b, sendKey(sid, id)); err == nil && len(v) == 8 && beUint64(v) >= lo {
-			if err := b.Delete(sendKey(sid, id), nil); err != nil {
-				return err
-			}
+	for _, k := range stale {
+		if err := b.Delete(k, nil); err != nil {
+			return err
 		}
 	}
 	return b.DeleteRange(entryKey(sid, lo), entryKey(sid, hi+1), nil)

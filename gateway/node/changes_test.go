@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway/node"
@@ -225,7 +226,7 @@ func (ws load) stopSettled(t testing.TB, c *tcluster) {
 	t.Helper()
 	ws.stop()
 	for _, w := range ws {
-		eventually(t, "the last turn of "+w.sid, func() bool {
+		actortest.Eventually(t, "the last turn of "+w.sid, func() bool {
 			h, ok := header(owner(t, w.sid, c.live()...), w.sid)
 			return ok && !machine.HasWork(h)
 		})

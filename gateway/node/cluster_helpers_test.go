@@ -19,8 +19,10 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/cluster"
+	"github.com/tether-dev/tether/cluster/clustertest"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/wal"
@@ -59,7 +61,7 @@ type opts struct {
 type tnode struct {
 	*node.Node
 	id     string
-	ft     *cluster.FaultyTransport
+	ft     *clustertest.FaultyTransport
 	demo   *engine.Demo // nil with the echo engine
 	closed bool
 }
@@ -138,7 +140,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 	if err != nil {
 		return nil, err
 	}
-	ft := cluster.NewFaultyTransport(nt)
+	ft := clustertest.NewFaultyTransport(nt)
 	timing := cluster.TestTiming()
 	if c.o.timing != nil {
 		timing = *c.o.timing
@@ -256,7 +258,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 	}
 	slices.Sort(want)
 	w := strings.Join(want, ",")
-	eventually(c.t, "every node to see "+w, func() bool {
+	actortest.Eventually(c.t, "every node to see "+w, func() bool {
 		for _, n := range nodes {
 			if memberIDs(n) != w || n.Cluster.Stats().Members != len(nodes) {
 				return false
@@ -275,7 +277,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 func owner(t testing.TB, sid string, nodes ...*tnode) *tnode {
 	t.Helper()
 	var found *tnode
-	eventually(t, "exactly one node to own "+sid, func() bool {
+	actortest.Eventually(t, "exactly one node to own "+sid, func() bool {
 		found = nil
 		for _, n := range nodes {
 			if n.Cluster.Owns(sid) {
@@ -328,18 +330,6 @@ func token(t testing.TB, user string) string {
 		t.Fatal(err)
 	}
 	return tok
-}
-
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
 }
 
 // get is an HTTP GET with an optional bearer token; it returns the status

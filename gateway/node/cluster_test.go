@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway/node"
 	"github.com/tether-dev/tether/gateway/wire"
 )
@@ -224,7 +225,7 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 		started <- err
 	}()
 	url := "http://" + ln.Addr().String()
-	eventually(t, "a's listener to answer not ready", func() bool {
+	actortest.Eventually(t, "a's listener to answer not ready", func() bool {
 		code, _ := get(t, url+"/readyz", "")
 		return code == http.StatusServiceUnavailable
 	})
@@ -278,7 +279,7 @@ func TestUnreachableLinkNotInConfiguration(t *testing.T) {
 		_, err := c.start("n2", []string{n1.Cluster.GossipAddr()}, func(cfg *node.Config) { cfg.Advertise, cfg.Listener = dead, ln })
 		started <- err
 	}()
-	eventually(t, "n1 to see n2 in gossip", func() bool { return len(n1.Cluster.Members()) == 2 })
+	actortest.Eventually(t, "n1 to see n2 in gossip", func() bool { return len(n1.Cluster.Members()) == 2 })
 	before := n1.Cluster.Configuration().Number
 	cl := dial(t, n1)
 	f := cl.hello(token(t, "alice"), "", 0)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/client"
@@ -116,7 +117,7 @@ func TestClusterLinkTLS(t *testing.T) {
 	w := startWriter(t, "tls", func(int) *tnode { return n1 })
 	w.waitAcks(3)
 	w.stop()
-	eventually(t, "both copies of the session", func() bool {
+	actortest.Eventually(t, "both copies of the session", func() bool {
 		h1, ok1 := header(n1, w.sid)
 		h2, ok2 := header(n2, w.sid)
 		return ok1 && ok2 && h1.LastSeq == h2.LastSeq && h1.LastSeq > 0

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine/llm"
 	"github.com/tether-dev/tether/actor/engine/mcptools/mcptest"
 )
@@ -25,17 +26,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // waitTimeout bounds every wait on a condition.
 const waitTimeout = 20 * time.Second
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // newSet starts a Set on servers, retrying fast; it is closed when the
 // test ends (before the servers, which were started earlier).
@@ -187,12 +177,12 @@ func TestListChanged(t *testing.T) {
 		t.Fatalf("tools %v", got)
 	}
 	srv.Tool("b", &mcp.ToolAnnotations{ReadOnlyHint: true}, text("b"))
-	eventually(t, "b offered", func() bool { return slices.Equal(names(s), []string{"a", "b"}) })
+	actortest.Eventually(t, "b offered", func() bool { return slices.Equal(names(s), []string{"a", "b"}) })
 	if res, err := run(t, want2(t, s, "b"), nil); err != nil || res != "b" {
 		t.Fatalf("b: %q %v", res, err)
 	}
 	srv.RemoveTools("a")
-	eventually(t, "a no longer offered", func() bool { return slices.Equal(names(s), []string{"b"}) })
+	actortest.Eventually(t, "a no longer offered", func() bool { return slices.Equal(names(s), []string{"b"}) })
 	gone, ok := s.OpenAITool("a")
 	if !ok {
 		t.Fatal("a removed tool is unknown")
@@ -232,7 +222,7 @@ func TestServerDownAtStart(t *testing.T) {
 	}
 	late := mcptest.StartAt(t, "late", addr)
 	late.Tool("later", &mcp.ToolAnnotations{ReadOnlyHint: true}, text("here now"))
-	eventually(t, "the late server's tools", func() bool {
+	actortest.Eventually(t, "the late server's tools", func() bool {
 		_, note := s.OpenAITools()
 		return slices.Equal(names(s), []string{"ping_up", "later"}) && note == ""
 	})
@@ -253,7 +243,7 @@ func TestServerGoesAway(t *testing.T) {
 	if _, err := run(t, look, nil); err == nil || !strings.Contains(err.Error(), "MCP server s is unavailable") {
 		t.Fatalf("call with the server gone: %v", err)
 	}
-	eventually(t, "the tools left out", func() bool {
+	actortest.Eventually(t, "the tools left out", func() bool {
 		_, note := s.OpenAITools()
 		return len(names(s)) == 0 && strings.Contains(note, ": s.")
 	})
@@ -264,7 +254,7 @@ func TestServerGoesAway(t *testing.T) {
 	}
 	back := mcptest.StartAt(t, "s", addr)
 	back.Tool("look", &mcp.ToolAnnotations{ReadOnlyHint: true}, text("seen again"))
-	eventually(t, "the server back", func() bool { return slices.Equal(names(s), []string{"look"}) })
+	actortest.Eventually(t, "the server back", func() bool { return slices.Equal(names(s), []string{"look"}) })
 	if res, err := run(t, want2(t, s, "look"), nil); err != nil || res != "seen again" {
 		t.Fatalf("look: %q %v", res, err)
 	}

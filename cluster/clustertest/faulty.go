@@ -1,4 +1,6 @@
-package cluster
+// Package clustertest is test support for clusters, as httptest is for
+// net/http: a gossip transport that tests can cut (FaultyTransport).
+package clustertest
 
 import (
 	"fmt"
@@ -12,8 +14,7 @@ import (
 // FaultyTransport wraps a memberlist transport so tests can cut gossip:
 // Block(addr) drops every packet to and from the gossip address addr and
 // refuses dials to it; Isolate cuts this node off from everyone; Heal
-// undoes both. It exists for tests (in this and other packages) and costs
-// a map lookup per packet otherwise.
+// undoes both. Pass it as cluster.Config.Transport.
 //
 // A stream accepted from another node cannot be told apart by address (its
 // source port is ephemeral), so Block does not refuse incoming streams: to

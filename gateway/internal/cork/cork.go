@@ -1,4 +1,4 @@
-package gateway
+package cork
 
 import (
 	"encoding/binary"
@@ -8,27 +8,37 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// corkListener wraps every accepted connection in a corkConn, so that a
+// Listener wraps every accepted connection in a Conn, so that a
 // connection's writer can put several WebSocket frames on the wire with
 // one write: gorilla writes each frame to the socket as it ends it, and
 // the socket is the only place to gather them.
-type corkListener struct {
+type Listener struct {
 	net.Listener
-	pool *sync.Pool // of *[]byte gathering buffers: an idle connection holds none
+	// Pool holds *[]byte gathering buffers: an idle connection holds none.
+	Pool *sync.Pool
 }
 
-func (l corkListener) Accept() (net.Conn, error) {
+// Accept wraps the next connection.
+func (l Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &corkConn{Conn: c, pool: l.pool}, nil
+	return &Conn{Conn: c, pool: l.Pool}, nil
 }
 
-// corkConn passes writes straight through, except between cork and
+// Unwrap returns the connection under c when c is a Conn, c otherwise.
+func Unwrap(c net.Conn) net.Conn {
+	if cc, ok := c.(*Conn); ok {
+		return cc.Conn
+	}
+	return c
+}
+
+// Conn passes writes straight through, except between cork and
 // uncork, when it gathers them and writes them at uncork in one go. Only
 // the connection's one writer goroutine corks.
-type corkConn struct {
+type Conn struct {
 	net.Conn
 	pool   *sync.Pool
 	mu     sync.Mutex
@@ -38,6 +48,8 @@ type corkConn struct {
 	writes int
 	// frames follows what gorilla reads (idle.go); reader goroutine only.
 	frames frameTracker
+	// alive is told of each lone pong WaitIdle reads off the socket.
+	alive func()
 	// pending are bytes waitReadable took off the socket, for gorilla to
 	// read first; they live in pendBuf, a pooled buffer given back once
 	// they are read. Reader goroutine only.
@@ -47,7 +59,7 @@ type corkConn struct {
 
 // Read hands gorilla's reader what waitReadable took, then reads the
 // socket; either way the frame tracker is fed what gorilla takes.
-func (c *corkConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.frames.feed(p[:n])
@@ -61,7 +73,7 @@ func (c *corkConn) Read(p []byte) (int, error) {
 
 // consume drops the first n pending bytes, giving the buffer back once
 // none are left.
-func (c *corkConn) consume(n int) {
+func (c *Conn) consume(n int) {
 	c.pending = c.pending[n:]
 	if len(c.pending) == 0 && c.pendBuf != nil {
 		c.pool.Put(c.pendBuf)
@@ -69,7 +81,7 @@ func (c *corkConn) consume(n int) {
 	}
 }
 
-func (c *corkConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	if c.corked {
 		c.buf = append(c.buf, p...)
@@ -81,7 +93,8 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *corkConn) cork() {
+// Cork gathers writes until Uncork. Only the connection's writer corks.
+func (c *Conn) Cork() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.corked {
@@ -90,11 +103,11 @@ func (c *corkConn) cork() {
 	}
 }
 
-// text gathers each payload as one unfragmented, unmasked text frame:
+// Text gathers each payload as one unfragmented, unmasked text frame:
 // the frames a server sends, framed here rather than by gorilla, which
 // takes a pooled buffer, splits messages larger than it into fragments and
 // sets the socket's write deadline again for every frame. Corked only.
-func (c *corkConn) text(payloads [][]byte) {
+func (c *Conn) Text(payloads [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range payloads {
@@ -118,8 +131,8 @@ func appendTextFrame(b, p []byte) []byte {
 	return append(b, p...)
 }
 
-// uncork writes what was gathered, with one write.
-func (c *corkConn) uncork() error {
+// Uncork writes what was gathered, with one write.
+func (c *Conn) Uncork() error {
 	c.mu.Lock()
 	buf := c.buf
 	c.corked, c.buf = false, nil
@@ -139,7 +152,7 @@ func (c *corkConn) uncork() error {
 }
 
 // Writes reports how many writes reached the socket.
-func (c *corkConn) Writes() int {
+func (c *Conn) Writes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.writes

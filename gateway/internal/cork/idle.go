@@ -1,4 +1,4 @@
-package gateway
+package cork
 
 import (
 	"encoding/binary"
@@ -134,35 +134,45 @@ func lonePong(p []byte) (int, bool) {
 	return n, true
 }
 
-// idle reports whether gorilla holds nothing unread, so the next read
-// would wait for the client.
-func (c *conn) idle() bool {
-	return c.cork != nil && len(c.cork.pending) == 0 && c.cork.frames.drained(c.taken)
+// Start begins following the client's frames: the upgrade is done, and
+// what follows are frames. alive is told of each lone pong WaitIdle reads
+// off the socket (the client answered the server's ping).
+func (c *Conn) Start(alive func()) {
+	c.alive = alive
+	c.frames.start()
 }
 
-// waitIdle returns when the client has sent something for gorilla to
+// Idle reports whether gorilla holds nothing unread, given how many
+// messages the reader has taken from it: the next read would wait for
+// the client.
+func (c *Conn) Idle(taken uint64) bool {
+	return len(c.pending) == 0 && c.frames.drained(taken)
+}
+
+// WaitIdle returns when the client has sent something for gorilla to
 // read, or at once when gorilla may hold something unread or the socket
 // cannot be waited on this way. Any error is left for the read that
 // follows to report.
-func (c *conn) waitIdle() {
-	if !c.idle() {
+func (c *Conn) WaitIdle(taken uint64) {
+	if !c.Idle(taken) {
 		return
 	}
-	cc := c.cork
 	for {
-		if err := cc.waitReadable(); err != nil {
+		if err := c.waitReadable(); err != nil {
 			return
 		}
 		// Whole pongs are dropped here, so gorilla never sees them.
-		for len(cc.pending) > 0 {
-			n, ok := lonePong(cc.pending)
+		for len(c.pending) > 0 {
+			n, ok := lonePong(c.pending)
 			if !ok {
 				break
 			}
-			cc.consume(n)
-			c.heard()
+			c.consume(n)
+			if c.alive != nil {
+				c.alive()
+			}
 		}
-		if len(cc.pending) > 0 {
+		if len(c.pending) > 0 {
 			return
 		}
 	}

@@ -1,4 +1,16 @@
-package gateway
+// Package flatjson decodes the frames clients send most (send without
+// metadata, ping, history, a plain hello) without encoding/json, whose
+// reflection was 5% of the server's CPU under load.
+//
+// The invariant: Decode takes only a JSON object whose values are plain
+// strings or unsigned integers, under the lowercase names of
+// wire.ClientFrame's fields, and then returns exactly what encoding/json
+// would (the gateway's FuzzDecodeFlatMatches holds the two to it). It
+// reports false for anything else — an escape or a control byte in a
+// string, invalid UTF-8, a nested value, a sign, fraction or leading
+// zero, another key, a key twice, anything after the object — and the
+// gateway decodes that with encoding/json instead.
+package flatjson
 
 import (
 	"unicode/utf8"
@@ -6,16 +18,10 @@ import (
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
-// decodeFlat decodes the frames clients send most (send without
-// metadata, ping, history) without encoding/json, whose reflection was 5%
-// of the server's CPU under load: a JSON object whose values are plain
-// strings or unsigned integers, under the lowercase names of
-// wire.ClientFrame's fields. It reports false for anything else — an
-// escape or a control byte in a string, invalid UTF-8, a nested value, a
-// sign, fraction or leading zero, another key, a key twice, anything
-// after the object — and decodeOnce decodes that instead.
-// FuzzDecodeFlatMatches holds the two to the same result.
-func decodeFlat(data []byte) (wire.ClientFrame, bool) {
+// Decode decodes data if it is a flat frame (see the package doc), with
+// every field it found set: keeping only the fields of the frame's type
+// is the caller's (the gateway's one field picker).
+func Decode(data []byte) (wire.ClientFrame, bool) {
 	var v wire.ClientFrame
 	p := flatParser{b: data}
 	if !p.byte('{') {
@@ -59,11 +65,11 @@ func decodeFlat(data []byte) (wire.ClientFrame, bool) {
 	if p.i != len(p.b) || v.Type == "" {
 		return v, false
 	}
-	return pickStorable(v) // nothing decodeFlat takes can fail to store
+	return v, true
 }
 
 // flatField returns where the value of key goes, and a bit of its own
-// (to refuse a key given twice); nil for a key decodeFlat does not take.
+// (to refuse a key given twice); nil for a key Decode does not take.
 func flatField(v *wire.ClientFrame, key []byte) (any, uint8) {
 	switch string(key) {
 	case "type":

@@ -1,4 +1,14 @@
-package gateway
+// Package jsonenc writes the frames a session sends most — message, ack,
+// delta, history_batch — by hand into one buffer: encoding/json's
+// reflection was a fifth of a resume's CPU.
+//
+// The invariant: every frame decodes to exactly what encoding/json would
+// have produced from the gateway's frame structs (gateway's
+// TestFastEncodingMatchesJSON and FuzzFastEncoding check it), strings
+// escaped as encoding/json escapes them (invalid UTF-8 replaced, U+2028
+// and U+2029 escaped), floats formatted as it formats them, NaN and the
+// infinities as null. Values with no fast path go through encoding/json.
+package jsonenc
 
 import (
 	"encoding/json"
@@ -8,49 +18,44 @@ import (
 	"unicode/utf8"
 
 	"github.com/tether-dev/tether/gateway/wire"
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/wal/record"
 )
 
-// The frames a session sends most — message, ack, delta, history_batch —
-// are written by hand into one buffer: encoding/json's reflection was a
-// fifth of a resume's CPU. They decode to exactly what encoding/json
-// would have produced (TestFastEncodingMatchesJSON).
-
-// appendMessage writes e as a message frame (typ "message") or as an
+// AppendMessage writes e as a message frame (typ "message") or as an
 // element of a history_batch (typ "").
-func appendMessage(b []byte, e *wal.Entry, typ string) []byte {
+func AppendMessage(b []byte, e *record.Entry, typ string) []byte {
 	b = append(b, '{')
 	if typ != "" {
 		b = append(b, `"type":`...)
-		b = appendString(b, typ)
+		b = AppendString(b, typ)
 		b = append(b, ',')
 	}
 	b = append(b, `"seq":`...)
 	b = strconv.AppendUint(b, e.Seq, 10)
 	b = append(b, `,"role":`...)
-	b = appendString(b, e.Role)
+	b = AppendString(b, e.Role)
 	b = append(b, `,"content":`...)
-	b = appendString(b, e.Content)
+	b = AppendString(b, e.Content)
 	b = append(b, `,"timestamp":`...)
-	b = appendFloat(b, e.Time)
+	b = AppendFloat(b, e.Time)
 	b = append(b, `,"metadata":`...)
 	if e.Metadata == nil {
 		b = append(b, "{}"...)
 	} else {
-		b = appendValue(b, e.Metadata)
+		b = AppendValue(b, e.Metadata)
 	}
 	return append(b, '}')
 }
 
-func appendAck(b []byte, id string, seq uint64) []byte {
+func AppendAck(b []byte, id string, seq uint64) []byte {
 	b = append(b, `{"type":"ack","id":`...)
-	b = appendString(b, id)
+	b = AppendString(b, id)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, seq, 10)
 	return append(b, '}')
 }
 
-func appendDelta(b []byte, d wire.Delta) []byte {
+func AppendDelta(b []byte, d wire.Delta) []byte {
 	b = append(b, `{"type":"delta","seq":`...)
 	b = strconv.AppendUint(b, d.Seq, 10)
 	b = append(b, `,"part":`...)
@@ -60,17 +65,17 @@ func appendDelta(b []byte, d wire.Delta) []byte {
 		b = strconv.AppendInt(b, int64(*d.From), 10)
 	}
 	b = append(b, `,"text":`...)
-	b = appendString(b, d.Text)
+	b = AppendString(b, d.Text)
 	return append(b, '}')
 }
 
-func appendBatch(b []byte, msgs []wal.Entry, omitted uint64, summary string) []byte {
+func AppendBatch(b []byte, msgs []record.Entry, omitted uint64, summary string) []byte {
 	b = append(b, `{"type":"history_batch","messages":[`...)
 	for i := range msgs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendMessage(b, &msgs[i], "")
+		b = AppendMessage(b, &msgs[i], "")
 	}
 	var first, last uint64
 	if n := len(msgs); n > 0 {
@@ -86,23 +91,23 @@ func appendBatch(b []byte, msgs []wal.Entry, omitted uint64, summary string) []b
 	if summary == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, summary)
+		b = AppendString(b, summary)
 	}
 	return append(b, '}')
 }
 
-// appendValue writes a value decoded from JSON or msgpack; what has no
+// AppendValue writes a value decoded from JSON or msgpack; what has no
 // fast path goes through encoding/json.
-func appendValue(b []byte, v any) []byte {
+func AppendValue(b []byte, v any) []byte {
 	switch v := v.(type) {
 	case nil:
 		return append(b, "null"...)
 	case string:
-		return appendString(b, v)
+		return AppendString(b, v)
 	case bool:
 		return strconv.AppendBool(b, v)
 	case float64:
-		return appendFloat(b, v)
+		return AppendFloat(b, v)
 	case int64:
 		return strconv.AppendInt(b, v, 10)
 	case uint64:
@@ -132,9 +137,9 @@ func appendValue(b []byte, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = AppendString(b, k)
 			b = append(b, ':')
-			b = appendValue(b, v[k])
+			b = AppendValue(b, v[k])
 		}
 		return append(b, '}')
 	case []any:
@@ -143,7 +148,7 @@ func appendValue(b []byte, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendValue(b, x)
+			b = AppendValue(b, x)
 		}
 		return append(b, ']')
 	}
@@ -154,9 +159,9 @@ func appendValue(b []byte, v any) []byte {
 	return append(b, j...)
 }
 
-// appendFloat writes f as encoding/json does (NaN and infinities, which
+// AppendFloat writes f as encoding/json does (NaN and infinities, which
 // JSON cannot hold, as null).
-func appendFloat(b []byte, f float64) []byte {
+func AppendFloat(b []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}
@@ -178,10 +183,10 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString writes s as a JSON string: quotes, backslashes and control
+// AppendString writes s as a JSON string: quotes, backslashes and control
 // characters escaped, invalid UTF-8 replaced, U+2028 and U+2029 escaped
 // (as encoding/json does, so the frame is safe to evaluate as JavaScript).
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

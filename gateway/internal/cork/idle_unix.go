@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd
 
-package gateway
+package cork
 
 import (
 	"errors"
@@ -9,14 +9,14 @@ import (
 )
 
 // errNoWait: the connection has no file descriptor to wait on.
-var errNoWait = errors.New("gateway: connection cannot be waited on")
+var errNoWait = errors.New("cork: connection cannot be waited on")
 
 // waitReadable blocks until the socket has bytes (or an error, or the
 // end) and takes what is there (up to a pooled buffer's size) into
 // c.pending. Taking the bytes rather than peeking at them
 // spares gorilla's reader a second system call for them. No buffer is
 // held while waiting: an idle connection keeps none.
-func (c *corkConn) waitReadable() error {
+func (c *Conn) waitReadable() error {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {
 		return errNoWait

@@ -1,0 +1,8 @@
+// Package actortest is test support for the actor and the packages above
+// it, as httptest is for net/http: a clock that moves only when told
+// (ManualClock, an actor.Clock), and the one way Tether's tests wait for
+// a condition (Eventually, Recv), with one bound (Patience).
+//
+// It imports nothing of Tether's, so that every package's own tests can
+// use it.
+package actortest

@@ -1,0 +1,24 @@
+// Package cork is the gateway's socket: a net.Conn under gorilla's
+// WebSocket that does two things gorilla cannot.
+//
+// Corked writes (cork.go). Between Cork and Uncork every write is
+// gathered, and Text frames payloads itself (unfragmented, unmasked text
+// frames, as a server sends them), so a connection's writer puts
+// everything queued on the wire with one write. Invariant: only the
+// connection's one writer goroutine corks, and it sets the write deadline
+// once per corked batch.
+//
+// Idle waits (idle.go). Between messages the reader waits for the socket
+// to become readable itself (WaitIdle), one call below its read loop, so
+// that an idle connection's goroutine stack shrinks to 2 KiB instead of
+// staying at gorilla's 4 KiB. Invariant: WaitIdle waits only when gorilla
+// holds nothing unread, which the Conn knows by following the frame
+// boundaries in the bytes it hands gorilla (frameTracker) against the
+// count of messages the reader took (Idle's argument); the bytes that end
+// a wait are handed to gorilla before anything else is read, and a lone
+// pong is read off here so it does not wake gorilla's reader.
+//
+// The exported surface: Listener (wraps accepted connections; Pool holds
+// the gathering buffers), Conn (Start, Idle, WaitIdle, Cork, Text,
+// Uncork, Writes), Unwrap.
+package cork
