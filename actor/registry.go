@@ -136,7 +136,7 @@ func (c *Config) setDefaults() error {
 			*n = v
 		}
 	}
-	defInt(&c.ReplayLimit, 50)
+	defInt(&c.ReplayLimit, machine.DefaultReplayLimit)
 	defInt(&c.MaxBatchBytes, 1<<20)
 	defInt(&c.TailEntries, max(c.ReplayLimit, 64))
 	defInt(&c.TailBytes, 256<<10)

@@ -26,6 +26,12 @@
 // in-memory tail (tail.go) takes entries only then. A failed append is
 // fail-stop: the machine closes its clients and emits Fail.
 //
+// Its tests are tables of typed events and effects (*_test.go) and
+// traces (testdata/*.txt, run by TestMachineTraces with
+// cockroachdb/datadriven, as etcd's raft keeps its own): a directive per
+// event, the effects Step returned under it. A new behaviour of the
+// machine is written as a trace first.
+//
 // The schema of what a session keeps in the log besides its entries
 // (state.go: the pending tool call, the turns owed, the contexts) is this
 // package's; the store keeps it as opaque bytes.
@@ -41,7 +47,7 @@
 //     (ErrReauthRequired, ErrBadLastSeq, ErrTooManyConns,
 //     NotResumedError, ErrNotResumed) and ErrUnavailable; MayReveal.
 //   - ToolCall, StreamMark, HasWork, Stored: what the state holds.
-//   - DefaultHistoryLimit, MaxHistoryLimit.
+//   - DefaultHistoryLimit, MaxHistoryLimit, DefaultReplayLimit.
 //
 // The package imports no network code: the engines' contract comes from
 // package actor/engine, the records from package record.

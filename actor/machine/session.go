@@ -75,7 +75,7 @@ type Config struct {
 	// MaxContextBytes caps the user context (record.ValueSize).
 	MaxContextBytes int
 	// ReplayLimit caps the entries of a resume's history_batch and of a
-	// snapshot.
+	// snapshot. Default (0) DefaultReplayLimit.
 	ReplayLimit int
 	// TailEntries and TailBytes bound the in-memory tail.
 	TailEntries, TailBytes int
@@ -102,6 +102,9 @@ type Restore struct {
 // now. Stored state or context that cannot be decoded is started afresh
 // and reported in Damage; the next append rewrites it.
 func New(cfg Config, r Restore, now time.Time) (*Machine, Damage) {
+	if cfg.ReplayLimit <= 0 {
+		cfg.ReplayLimit = DefaultReplayLimit
+	}
 	d := r.Data
 	st, serr := decodeState(d.Header.State)
 	cx, cerr := decodeContexts(d.Context)

@@ -12,6 +12,10 @@ const MaxHistoryLimit = 200
 // DefaultHistoryLimit is a history page when the client names no limit.
 const DefaultHistoryLimit = 50
 
+// DefaultReplayLimit caps a resume's history_batch when Config names no
+// limit.
+const DefaultReplayLimit = 50
+
 // fill completes an effect that reads the log as it is released: its
 // spans (the bounds, and the entries memory holds) and the contexts a
 // step sees. Filling on release rather than on emission is what makes a
