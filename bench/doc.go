@@ -24,4 +24,26 @@
 // loop and a reader of the client's messages; the kill loops; the
 // progress and /proc samplers; the read-back workers — and waits for all
 // of them before it returns. Close stops the local nodes.
+//
+// # Exported surface
+//
+//   - Bench, New, Config: one run (Run, Close); Config.RegisterFlags
+//     binds the flags of `tether bench`.
+//   - Local, NewLocal, LocalConfig, NodeStat: the local nodes (Start,
+//     Signal, Pause, Running, Sample, Stats, URLs, Name, Len, DialContext,
+//     Close) and what /proc says about each.
+//   - Verifier, NewVerifier, VerifierConfig, VerifyCounts: the checker
+//     (Feed, Counts, Violations, Expired, Total).
+//   - Event, EventKind and the Ev* kinds: what the Verifier is fed;
+//     Violation and the V* kinds: what it finds.
+//   - Recorder, NewRecorder, Snapshot, Marker, TimePoint: the figures as
+//     they are gathered; the H* and C* constants: the names of its
+//     histograms and counters.
+//   - Report (WriteSummary, SummaryRows), SchemaVersion, WriteHTML: the
+//     report, its JSON schema's name and its HTML page; its parts Target,
+//     Scenario, Counts, Rates, Dist, KillReport, MarkerReport,
+//     AgentReport, ViolationReport.
+//   - ErrOutOfPorts, ErrOutOfFiles, ErrNeedsCluster: limits of the machine
+//     running the harness (local ports, open files) and a --local cluster
+//     that did not form, each with the remedy in its text.
 package bench

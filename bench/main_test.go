@@ -3,42 +3,16 @@ package bench
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
-// binDir holds the tether binary, built once by serverBin.
-var binDir struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
-// serverBin builds the real tether binary (once per test run) for the
-// tests that start local nodes.
-func serverBin(t testing.TB) string {
-	t.Helper()
-	binDir.once.Do(func() {
-		binDir.dir, binDir.err = os.MkdirTemp("", "tether-bench-bin-")
-		if binDir.err != nil {
-			return
-		}
-		binDir.bin = filepath.Join(binDir.dir, "tether")
-		build := exec.Command("go", "build", "-o", binDir.bin, "github.com/tether-dev/tether/cmd/tether")
-		if out, err := build.CombinedOutput(); err != nil {
-			binDir.err = fmt.Errorf("build tether: %w\n%s", err, out)
-		}
-	})
-	if binDir.err != nil {
-		t.Fatal(binDir.err)
-	}
-	return binDir.bin
-}
+// serverBin is the real tether binary (built once per test run, by the
+// kit) for the tests that start local nodes.
+var serverBin = nodetest.Binary
 
 // Every test stops what it started: goleak fails the package if a user,
 // client, reader or node-watching goroutine is left behind.
@@ -50,8 +24,6 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	if binDir.dir != "" {
-		_ = os.RemoveAll(binDir.dir)
-	}
+	nodetest.RemoveBinary()
 	os.Exit(code)
 }

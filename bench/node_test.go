@@ -3,7 +3,6 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,41 +10,24 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
-	tnode "github.com/tether-dev/tether/gateway/node"
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
-var secret = []byte("bench-secret")
+// secret is the kit's, given to the in-process nodes and to the `tether
+// serve` processes alike, so that tokenFor's tokens work on both.
+var secret = []byte(nodetest.Secret)
 
-// node is a real in-process node on 127.0.0.1 with its log in a temp dir,
-// assembled as `tether serve` assembles one.
-type node struct {
-	url string
-	log *wal.Log
-	reg *actor.Registry
-	srv *gateway.Server
-}
-
-func startNode(tb testing.TB, ac actor.Config) *node {
+// startNode starts an in-process node (package nodetest) without rate
+// limits: a benchmark's clients send as fast as the node takes it.
+func startNode(tb testing.TB, ac actor.Config) *nodetest.Node {
 	tb.Helper()
-	nd, err := tnode.New(tnode.Config{
-		Dir: tb.TempDir(), Actor: ac, Logger: slog.New(slog.DiscardHandler),
-		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = nd.Close() })
-	return &node{url: nd.URL(), log: nd.Log, reg: nd.Registry, srv: nd.Server}
+	return nodetest.Start(tb, nodetest.Options{Actor: ac, Gateway: gateway.Config{NoRateLimit: true}})
 }
 
+// tokenFor issues user a token that outlives the longest benchmark run.
 func tokenFor(tb testing.TB, user string) string {
 	tb.Helper()
-	tok, err := gateway.Issue(secret, gateway.TokenSpec{User: user, TTL: 24 * time.Hour}, time.Now())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
+	return nodetest.Issue(tb, gateway.TokenSpec{User: user, TTL: 24 * time.Hour})
 }
 
 // smallDialer keeps the benchmark client's own buffers small, so memory

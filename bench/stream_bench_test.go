@@ -56,7 +56,7 @@ func BenchmarkStreamCoalescing(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			m := &fastModel{parts: 200, pace: 2 * time.Millisecond, first: make(chan time.Time, 1)}
 			n := startNode(b, actor.Config{Engine: m, FlushInterval: tc.flush})
-			ws, _, err := hello(n.url, tokenFor(b, "bench"), "", 0)
+			ws, _, err := hello(n.URL, tokenFor(b, "bench"), "", 0)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,7 +31,7 @@ func BenchmarkTurnAtSize(b *testing.B) {
 	for _, size := range []int{10, 5000} {
 		b.Run(fmt.Sprintf("entries=%d", size), func(b *testing.B) {
 			n := startNode(b, actor.Config{Engine: historyEngine{}})
-			ws, _, err := hello(n.url, tokenFor(b, "bench"), "", 0)
+			ws, _, err := hello(n.URL, tokenFor(b, "bench"), "", 0)
 			if err != nil {
 				b.Fatal(err)
 			}

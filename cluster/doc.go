@@ -112,4 +112,39 @@
 // append (unavailable, 1013). After each configuration change, sessions
 // whose write set changed are re-replicated in the background
 // (rereplicate.go), so R copies hold over time.
+//
+// # Exported surface
+//
+//   - Cluster, New, Config: a node's part in the cluster (Attach,
+//     WaitReady, Ready, Resume, Create, Snapshot, Journal, Owns, NewID,
+//     Members, Configuration, Handler, LinkTLS, GossipAddr, Stats, Leave,
+//     Close).
+//   - Configuration: a committed configuration (IDs, Member); Stats and
+//     Status: a node's counters and what it knows of the Raft group, for
+//     /readyz and the metrics.
+//   - Placement, NewPlacement, PlacementConfig, DefaultReplicationFactor:
+//     session ids to partitions, owners and replicas (Owner, Replicas,
+//     Partition, PartitionOwner, PartitionReplicas, Members, Contains,
+//     Config, Warm).
+//   - Membership, NewMembership, MembershipConfig, Member, MemberState
+//     (MemberAlive, MemberSuspect), NodeMeta: gossip (Members, Member,
+//     Self, Left, Addr, Leave, Close).
+//   - Timing, LANTiming, LocalTiming, TestTiming: failure-detection
+//     presets.
+//   - Link, NewLink, LinkConfig, Stream, Op: the node link (Call, Open,
+//     Handler, PeerID, Close) and its streams (Send, Recv, Close, Done,
+//     Method, Peer).
+//   - LinkTLS, NewLinkTLS, LinkTLSConfig, LinkALPN: the link's TLS.
+//   - FrameConn: a client connection that also takes frames the session's
+//     owner encoded.
+//   - RemoteError, WithCode, ErrorCode: errors carried across the link,
+//     with a code.
+//   - FreeLocalAddr: a loopback address with a free port, for tests and
+//     `tether bench --local`.
+//   - ErrUnavailable, and ErrNoConfiguration, ErrNoLeader, ErrCatchingUp,
+//     ErrNotMember: a session or the configuration cannot be served now.
+//   - ErrLinkDown, ErrClosed, ErrOverflow, ErrReset, ErrAuth, ErrTooLarge,
+//     ErrLinkTLS: how calls and streams on the link fail, and link TLS
+//     settings that cannot be used.
+//   - ErrInsecureBind, ErrDuplicateID: gossip refused at start.
 package cluster

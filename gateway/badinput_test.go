@@ -18,14 +18,6 @@ import (
 	"github.com/tether-dev/tether/gateway"
 )
 
-// expiredToken is a well-signed token whose exp was an hour ago.
-func expiredToken(t *testing.T, user string) string {
-	now := time.Now()
-	return signed(t, jwt.SigningMethodHS256, testSecret, jwt.MapClaims{
-		"sub": user, "iat": now.Add(-2 * time.Hour).Unix(), "exp": now.Add(-time.Hour).Unix(),
-	})
-}
-
 // liveSession makes a session with two entries and returns it interrupted.
 func liveSession(t *testing.T, n *node, tok string) string {
 	t.Helper()

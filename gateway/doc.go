@@ -23,8 +23,9 @@
 //
 // Subpackages: wire (frame types and codes, shared with clients), client
 // (the Go client library), web (the demo page), node (how a node is
-// assembled), faultnet and wstest (a failing network and a raw WebSocket
-// client, for tests).
+// assembled); for tests only, node/nodetest (an in-process node and its
+// tokens, as httptest is for net/http), faultnet (a failing network),
+// wstest (a raw WebSocket client) and tlstest (certificates).
 //
 // The exported surface:
 //

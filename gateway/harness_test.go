@@ -1,100 +1,50 @@
 package gateway_test
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
-	tnode "github.com/tether-dev/tether/gateway/node"
-	"github.com/tether-dev/tether/wal"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
-var testSecret = []byte("test-secret")
+// testSecret is the kit's secret, for the tests that sign tokens by hand
+// (other algorithms, odd claims).
+var testSecret = []byte(nodetest.Secret)
 
-// node is a real in-process Tether node on 127.0.0.1 with a temp dir,
-// assembled the way `tether serve` assembles one (package node).
-type node struct {
-	t     *testing.T
-	URL   string // ws://…/v1/ws
-	HTTP  string // http://…
-	Log   *wal.Log
-	Reg   *actor.Registry
-	Srv   *gateway.Server
-	clock *actortest.ManualClock
-	// Metrics are the node's metrics, wired to the log and the registry.
-	Metrics *gateway.Metrics
-	// Dir is the node's Pebble directory.
-	Dir  string
-	stop func()
-}
+// token, tokenSpec and expiredToken are the kit's, under the names this
+// package's tests use.
+var (
+	token        = nodetest.Token
+	tokenSpec    = nodetest.Issue
+	expiredToken = nodetest.ExpiredToken
+)
 
-// Stop stops the node the way a graceful shutdown does (the cleanup calls
-// it too); a node on the same Dir can then be started.
-func (n *node) Stop() { n.stop() }
+// node is a real in-process node (package nodetest) with this package's
+// HTTP helpers (snapshot, waitStatus, metric; helpers_test.go).
+type node struct{ *nodetest.Node }
 
+// nodeOpts are nodetest.Options under the names this package's tests
+// were written with.
 type nodeOpts struct {
 	actor   actor.Config
 	gateway gateway.Config
-	fake    bool // use a manual clock for the registry
-	// sndbuf, if set, fixes the server sockets' send buffer (bytes), so a
-	// client that does not read is felt after a little data, not megabytes.
-	sndbuf int
-	// dir reuses a Pebble directory (a restart); default a fresh temp dir.
-	dir string
+	fake    bool // nodetest.Options.ManualClock
+	sndbuf  int  // nodetest.Options.SendBuffer
+	dir     string
 }
 
+// startNode starts a node for the test (nodetest.Start).
 func startNode(t *testing.T, o nodeOpts) *node {
 	t.Helper()
-	n := &node{t: t, Dir: o.dir}
-	if n.Dir == "" {
-		n.Dir = t.TempDir()
-	}
-	ac := o.actor
-	if o.fake {
-		n.clock = actortest.NewManualClock(time.Now())
-		ac.Clock = n.clock
-	}
-	if ac.Logger == nil {
-		ac.Logger = quiet
-	}
-	gc := o.gateway
-	if gc.Logger == nil {
-		gc.Logger = quiet
-	}
-	gc.Secret = testSecret
-	ln, err := listen(o.sndbuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nd, err := tnode.New(tnode.Config{Dir: n.Dir, Listener: ln, Actor: ac, Gateway: gc, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Log, n.Reg, n.Srv, n.Metrics = nd.Log, nd.Registry, nd.Server, nd.Metrics
-	n.HTTP, n.URL = nd.HTTP(), nd.URL()
-	var once sync.Once
-	n.stop = func() { once.Do(func() { _ = nd.Close() }) }
-	t.Cleanup(n.stop)
-	return n
-}
-
-func token(t *testing.T, user string) string {
-	t.Helper()
-	tok, err := gateway.Issue(testSecret, gateway.TokenSpec{User: user}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return &node{nodetest.Start(t, nodetest.Options{
+		Actor: o.actor, Gateway: o.gateway, ManualClock: o.fake, SendBuffer: o.sndbuf, Dir: o.dir,
+	})}
 }
 
 // wsc is a raw protocol-level client.
@@ -201,22 +151,4 @@ func getJSON(t *testing.T, url, tok string, out any) int {
 		_ = json.NewDecoder(resp.Body).Decode(out)
 	}
 	return resp.StatusCode
-}
-
-// listen opens the node's listener; accepted sockets inherit its send
-// buffer size when sndbuf is set.
-func listen(sndbuf int) (net.Listener, error) {
-	lc := net.ListenConfig{}
-	if sndbuf > 0 {
-		lc.Control = func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, sndbuf)
-			}); err != nil {
-				return err
-			}
-			return serr
-		}
-	}
-	return lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/actor/actortest"
-	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -40,16 +39,6 @@ var httpc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Ti
 
 // waitFor is how long eventually polls before failing.
 const waitFor = 15 * time.Second
-
-// tokenSpec issues a token for spec, now.
-func tokenSpec(t *testing.T, spec gateway.TokenSpec) string {
-	t.Helper()
-	tok, err := gateway.Issue(testSecret, spec, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 // signed signs claims with method and key (jwt.UnsafeAllowNoneSignatureType
 // for alg none).

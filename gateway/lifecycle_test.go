@@ -213,7 +213,7 @@ func TestPassivatedResume(t *testing.T) {
 	c.send(map[string]any{"type": "context", "set": map[string]any{"goal": "g"}})
 	c.readType("context")
 	c.closeNow()
-	actortest.Eventually(t, "the actor to passivate", func() bool { return n.Reg.Stats().Active == 0 })
+	actortest.Eventually(t, "the actor to passivate", func() bool { return n.Registry.Stats().Active == 0 })
 	if st := n.snapshot(t, tok, sid).Status; st != "interrupted" {
 		t.Fatalf("passivated session status %s", st)
 	}
@@ -260,7 +260,7 @@ func TestRestartResume(t *testing.T) {
 			}
 		}
 	}()
-	n1.Stop()
+	_ = n1.Close() // what it closes the client with is the check
 	if code := <-closed; code != 1012 {
 		t.Fatalf("stopping node closed the client with %d, want 1012", code)
 	}

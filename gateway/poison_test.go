@@ -152,7 +152,7 @@ func TestDeepValuesRefusedAtTheDoor(t *testing.T) {
 	}
 	// From the actor's memory, then from the log alone after a restart.
 	check(n, 4)
-	n.Stop()
+	_ = n.Close()
 	check(startNode(t, nodeOpts{dir: n.Dir}), 6)
 }
 
@@ -160,7 +160,7 @@ func TestDeepValuesRefusedAtTheDoor(t *testing.T) {
 // bug would), and starts a node on the same directory with o.
 func rawEdit(t *testing.T, n *node, o nodeOpts, edit func(db *pebble.DB)) *node {
 	t.Helper()
-	n.Stop()
+	_ = n.Close()
 	db, err := pebble.Open(n.Dir, &pebble.Options{FormatMajorVersion: wal.FormatVersion, Logger: pebbleQuiet{}})
 	if err != nil {
 		t.Fatalf("pebble.Open(%s): %v", n.Dir, err)
@@ -317,12 +317,12 @@ func TestCorruptStoredData(t *testing.T) {
 	for !gone(sid) || !gone(bad) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v of clock the sweep left the session (%v) or the one with a bad header (%v)",
-				time.Until(n.clock.Now()).Round(time.Minute), !gone(sid), !gone(bad))
+				time.Until(n.Clock.Now()).Round(time.Minute), !gone(sid), !gone(bad))
 		}
-		n.clock.Advance(5 * time.Minute)
+		n.Clock.Advance(5 * time.Minute)
 		time.Sleep(20 * time.Millisecond) // let the timers' goroutines run: polling, not a wait for an outcome
 	}
-	t.Logf("both deleted after %v of clock", time.Until(n.clock.Now()).Round(time.Minute))
+	t.Logf("both deleted after %v of clock", time.Until(n.Clock.Now()).Round(time.Minute))
 	if v, _ := n.metric(t, "tether_wal_sessions_deleted_total"); v < 2 {
 		t.Fatalf("tether_wal_sessions_deleted_total = %v, want ≥ 2", v)
 	}

@@ -272,7 +272,7 @@ func TestWindowExpiry(t *testing.T) {
 	n.waitStatus(t, tok, sid, "interrupted")
 
 	// Within the window (59 s): resumed.
-	n.clock.Advance(59 * time.Second)
+	n.Clock.Advance(59 * time.Second)
 	c2 := dial(t, n.URL)
 	s, _ := c2.resume(tok, sid, 2)
 	checkSession(t, s, true, "resumed", 2, 60)
@@ -280,12 +280,12 @@ func TestWindowExpiry(t *testing.T) {
 	n.waitStatus(t, tok, sid, "interrupted")
 
 	// The window counts from the last disconnect: 59 s more is fine...
-	n.clock.Advance(59 * time.Second)
+	n.Clock.Advance(59 * time.Second)
 	if st := n.snapshot(t, tok, sid).Status; st != "interrupted" {
 		t.Fatalf("59s after the disconnect the snapshot says %s", st)
 	}
 	// ...61 s is not.
-	n.clock.Advance(2 * time.Second)
+	n.Clock.Advance(2 * time.Second)
 	if st := n.snapshot(t, tok, sid).Status; st != "expired" {
 		t.Fatalf("after the window the snapshot says %s, want expired", st)
 	}

@@ -244,7 +244,7 @@ func TestShutdownCloses1012(t *testing.T) {
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "x")
-	_ = n.Srv.Close()
+	_ = n.Server.Close()
 	c.expectClose(1012)
 	// The session is interrupted (resumable), not lost.
 	m, err := n.Log.Header(sid)

@@ -46,4 +46,24 @@
 // with the header, in the same atomic write.
 //
 // The package knows nothing about actors, sockets or the cluster.
+//
+// The exported surface:
+//
+//   - Log, New, Config: the store. Sessions: Create, CreateAt, Claim,
+//     ClaimAt, Release, Header, Load, Read, SendSeq, ScanSends,
+//     ScanHeaders, DeleteSession, Sweep. Writes: Append, AppendAsync.
+//     Copies on replicas: Store, Fence. Liveness: MarkAlive, LastAlive.
+//     Stats, Close.
+//   - Copy, Fenced, ErrDiverged: what an owner ships to a replica, what a
+//     fence found, and the refusal that makes the owner ship from further
+//     back.
+//   - Entry, Header, Batch, Send, SessionData, Status, CorruptError:
+//     record's types, aliased; the Status* constants, ErrNotFound and the
+//     other sentinels, and the limits MaxIDLen, MaxValueDepth,
+//     ValueEnvelope, MaxReadDepth, all record's.
+//   - CheckID, CheckValue, ValueSize, Unmarshal, EncodeEntry, DecodeEntry,
+//     DecodeHeader: record's functions, named here.
+//   - Deletable: the retention rule Sweep applies.
+//   - Stats: running totals; Unreadable: the marker of a stand-in entry;
+//     FormatVersion: the Pebble format the store is pinned to.
 package wal

@@ -5,4 +5,12 @@
 //
 // It imports nothing of Tether's, so that every package's own tests can
 // use it.
+//
+// The exported surface:
+//
+//   - ManualClock, NewManualClock: an actor.Clock that moves only when
+//     told (Advance, AfterFunc, Now).
+//   - Eventually, Recv: wait for a condition, or for a value on a
+//     channel, failing the test after Patience.
+//   - Patience: the one bound on every wait in Tether's tests.
 package actortest

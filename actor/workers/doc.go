@@ -14,4 +14,9 @@
 // A Pool does not own the tasks: whoever submits one still waits for it
 // (the actor's registry and the gateway keep their own WaitGroups). It
 // owns its parked goroutines, which Close stops.
+//
+// The exported surface:
+//
+//   - Pool, New, Config: the pool (Go, Idle, Close); Config.MaxIdle
+//     bounds how many goroutines stay parked.
 package workers

@@ -59,4 +59,14 @@
 // an error wrapping ErrUnsupported so that tests can skip with its text.
 // The lab holds no goroutine of its own; Close deletes the namespaces
 // (which removes their veths and the bridge) and is safe twice.
+//
+// # Exported surface
+//
+//   - Lab, New, Config: one lab (Nodes, Namespace, Addr, AddrOf, Close).
+//   - Cut, CutOneWay, Block, Isolate, Heal: the faults, as above.
+//   - DialContext, Listen, ListenPacket, Command: sockets and programs
+//     inside a node's namespace.
+//   - MaxNodes, MaxAddrsPerNode: the limits of Config.
+//   - ErrUnsupported, ErrClosed: the lab cannot run here; the lab was
+//     closed.
 package netns

@@ -1,5 +1,3 @@
-// Package clustertest is test support for clusters, as httptest is for
-// net/http: a gossip transport that tests can cut (FaultyTransport).
 package clustertest
 
 import (

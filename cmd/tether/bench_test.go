@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // `tether bench --local 1` starts its own executable as the node, and its
@@ -15,7 +17,7 @@ import (
 // (exit 2).
 func TestBenchCommand(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "bench.json")
-	cmd := exec.Command(tetherBin, "bench", "--local", "1", "--sessions", "5", "--ramp", "500ms",
+	cmd := exec.Command(nodetest.Binary(t), "bench", "--local", "1", "--sessions", "5", "--ramp", "500ms",
 		"--duration", "3s", "--drop-every", "1s", "--away-max", "300ms", "--json", report)
 	cmd.Env = childEnv()
 	out, err := cmd.CombinedOutput()
@@ -44,7 +46,7 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("report: %+v", r)
 	}
 
-	cmd = exec.Command(tetherBin, "bench", "--sessions", "5")
+	cmd = exec.Command(nodetest.Binary(t), "bench", "--sessions", "5")
 	cmd.Env = childEnv()
 	out, err = cmd.CombinedOutput()
 	var ee *exec.ExitError

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -37,7 +38,7 @@ const chatWait = 20 * time.Second
 func startChatProc(t *testing.T, args ...string) *chatProc {
 	t.Helper()
 	c := &chatProc{t: t, change: make(chan struct{}), exited: make(chan struct{})}
-	c.cmd = exec.Command(tetherBin, append([]string{"chat"}, args...)...)
+	c.cmd = exec.Command(nodetest.Binary(t), append([]string{"chat"}, args...)...)
 	c.cmd.Env = childEnv()
 	var err error
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // runTether runs the binary to completion (at most 20s) and returns its
@@ -26,9 +27,10 @@ func runTether(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // runTetherEnv is runTether with extra environment variables (KEY=value).
 func runTetherEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	bin := nodetest.Binary(t) // built before the command's time runs
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tetherBin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(childEnv(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

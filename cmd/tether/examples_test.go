@@ -40,7 +40,7 @@ func startExample(t *testing.T, ex example, env ...string) (*proc, string) {
 	cmd.Dir = ex.dir
 	cmd.Env = append(childEnv(), append([]string{"AGENT_SECRET=" + agentTestSecret, "AGENT_PORT=0"}, env...)...)
 	p := launchCmd(t, cmd, "")
-	line, err := p.waitLogRE(exampleListenRE, 20*time.Second)
+	line, err := p.WaitLog(exampleListenRE, 20*time.Second)
 	if err != nil {
 		t.Fatalf("%s agent: %v\nstderr:\n%s", ex.name, err, p.Stderr())
 	}

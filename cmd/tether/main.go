@@ -1,4 +1,3 @@
-// Command tether is the one Tether binary: serve, token, chat, bench.
 package main
 
 import (

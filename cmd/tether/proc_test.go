@@ -4,8 +4,6 @@ package main
 // restarted on the same data directory, spoken to over raw WebSockets.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,79 +12,48 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/gateway/wstest"
 )
 
-// testSecret is the --jwt-secret every test node runs with.
-const testSecret = "crash-test-secret"
+// testSecret is the --jwt-secret every test node runs with: the kit's,
+// so that nodetest's tokens are accepted.
+const testSecret = nodetest.Secret
 
-// tetherBin is the binary TestMain builds once.
-var tetherBin string
-
+// TestMain removes the binary the kit built for the package's tests.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tether-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mkdtemp:", err)
-		os.Exit(1)
-	}
-	tetherBin = filepath.Join(dir, "tether")
-	build := exec.Command("go", "build", "-o", tetherBin, "github.com/tether-dev/tether/cmd/tether")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tether:", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	nodetest.RemoveBinary()
 	os.Exit(code)
 }
 
 // childEnv is the environment without any TETHER_* variable, so a
 // developer's shell cannot change what a test runs.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TETHER_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
+var childEnv = nodetest.Environ
 
-// proc is one running `tether serve`.
+// proc is one running `tether serve` (or, by launchCmd, any command):
+// the kit's process, with how it was started so that it restarts alike,
+// and this package's extras (restart, kill -9, SIGTERM, serving).
 type proc struct {
+	*nodetest.Proc
 	t    *testing.T
-	cmd  *exec.Cmd
+	cmd  *exec.Cmd // Proc.Cmd, by the name the tests use
 	data string
 	addr string // host:port it listens on
 
 	opts procOpts // how it was started (restart starts it alike)
-
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	change chan struct{} // closed and replaced on each new stderr line
-
-	exited  chan struct{} // closed once Wait returned
-	waitErr error
 }
 
-// listenRE finds the listening line in either log format (text, json).
-var (
-	listenRE  = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
-	servingRE = regexp.MustCompile(`msg=serving addr=(\S+)|"msg":"serving","addr":"([^"]+)"`)
-)
+// servingRE finds the serving line in either log format (text, json).
+var servingRE = regexp.MustCompile(`msg=serving addr=(\S+)|"msg":"serving","addr":"([^"]+)"`)
 
 // startServe starts `tether serve` on data with extra flags and waits for
 // its listening line.
@@ -131,56 +98,31 @@ func launch(t *testing.T, data string, env []string, extra ...string) *proc {
 // launchOpts is launch with the process placed by opts.
 func launchOpts(t *testing.T, data string, opts procOpts, extra ...string) *proc {
 	t.Helper()
-	listen, command := opts.listen, opts.command
-	if listen == "" {
-		listen = "127.0.0.1:0"
-	}
-	if command == nil {
-		command = exec.Command
-	}
-	args := append([]string{"serve", "--listen", listen, "--data", data}, extra...)
-	cmd := command(tetherBin, args...)
-	cmd.Env = append(childEnv(), opts.env...)
-	p := launchCmd(t, cmd, data)
-	p.opts = opts
-	return p
+	np := nodetest.StartServe(t, nodetest.ServeOptions{
+		Dir: data, Listen: opts.listen, Args: extra, Env: opts.env, Command: opts.command,
+		// The callers wait: for listening, or for serving (a restarted
+		// cluster node), or for all the nodes of a cluster after all
+		// have started.
+		NoWait: true,
+	})
+	return &proc{Proc: np, t: t, cmd: np.Cmd, data: data, opts: opts}
 }
 
 // launchCmd starts any command as a proc whose stderr is watched (the
 // example agents run this way too); it is killed when the test ends.
 func launchCmd(t *testing.T, cmd *exec.Cmd, data string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: cmd, data: data, change: make(chan struct{}), exited: make(chan struct{})}
-	pipe, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.killIfRunning)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.stderr.Write(sc.Bytes())
-			p.stderr.WriteByte('\n')
-			close(p.change)
-			p.change = make(chan struct{})
-			p.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, pipe)
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	return p
+	np := nodetest.StartCmd(t, cmd)
+	return &proc{Proc: np, t: t, cmd: cmd, data: data}
 }
 
 // awaitListening waits for a launched process's listening line.
 func (p *proc) awaitListening() {
 	p.t.Helper()
-	p.awaitLine(listenRE)
+	if err := p.WaitListening(20 * time.Second); err != nil {
+		p.fail(err)
+	}
+	p.addr = p.Addr
 }
 
 // awaitServing waits until a launched process serves its listener: a
@@ -188,82 +130,28 @@ func (p *proc) awaitListening() {
 // restarted one waits there for a quorum), and logs listening only then.
 func (p *proc) awaitServing() {
 	p.t.Helper()
-	p.awaitLine(servingRE)
-}
-
-func (p *proc) awaitLine(re *regexp.Regexp) {
-	p.t.Helper()
-	line, err := p.waitLogRE(re, 20*time.Second)
+	line, err := p.WaitLog(servingRE, 20*time.Second)
 	if err != nil {
-		p.killIfRunning()
-		p.t.Fatalf("tether %v: %v\nstderr:\n%s", p.cmd.Args[1:], err, p.Stderr())
+		p.fail(err)
 	}
-	m := re.FindStringSubmatch(line)
+	m := servingRE.FindStringSubmatch(line)
 	p.addr = m[1] + m[2]
+	p.Addr = p.addr
 }
 
-// Stderr is everything the process logged so far.
-func (p *proc) Stderr() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stderr.String()
-}
-
-// waitLogRE waits for a stderr line matching re and returns it.
-func (p *proc) waitLogRE(re *regexp.Regexp, timeout time.Duration) (string, error) {
-	match := func(text string) (string, bool) {
-		for _, l := range strings.Split(text, "\n") {
-			if re.MatchString(l) {
-				return l, true
-			}
-		}
-		return "", false
-	}
-	deadline := time.After(timeout)
-	for {
-		p.mu.Lock()
-		text, ch := p.stderr.String(), p.change
-		p.mu.Unlock()
-		if l, ok := match(text); ok {
-			return l, nil
-		}
-		select {
-		case <-ch:
-		case <-p.exited:
-			if l, ok := match(p.Stderr()); ok {
-				return l, nil
-			}
-			return "", fmt.Errorf("process exited (%v) before logging a line matching %s", p.waitErr, re)
-		case <-deadline:
-			return "", fmt.Errorf("no line matching %s logged within %v", re, timeout)
-		}
-	}
+// fail kills the process and fails the test with its log.
+func (p *proc) fail(err error) {
+	p.t.Helper()
+	p.Stop(0)
+	p.t.Fatalf("tether %v: %v\nstderr:\n%s", p.cmd.Args[1:], err, p.Stderr())
 }
 
 // waitLog waits for a stderr line containing substr and returns it.
 func (p *proc) waitLog(substr string, timeout time.Duration) (string, error) {
-	deadline := time.After(timeout)
-	for {
-		p.mu.Lock()
-		text, ch := p.stderr.String(), p.change
-		p.mu.Unlock()
-		if l, ok := findLine(text, substr); ok {
-			return l, nil
-		}
-		select {
-		case <-ch:
-		case <-p.exited:
-			// One last look: the final lines may have come with the exit.
-			if l, ok := findLine(p.Stderr(), substr); ok {
-				return l, nil
-			}
-			return "", fmt.Errorf("process exited (%v) before logging %q", p.waitErr, substr)
-		case <-deadline:
-			return "", fmt.Errorf("no %q logged within %v", substr, timeout)
-		}
-	}
+	return p.WaitLog(regexp.MustCompile(regexp.QuoteMeta(substr)), timeout)
 }
 
+// findLine is the first line of text containing substr.
 func findLine(text, substr string) (string, bool) {
 	for _, l := range strings.Split(text, "\n") {
 		if strings.Contains(l, substr) {
@@ -273,21 +161,7 @@ func findLine(text, substr string) (string, bool) {
 	return "", false
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) killIfRunning() {
-	if p.running() {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-	}
-}
+func (p *proc) running() bool { return p.Running() }
 
 // kill9 SIGKILLs the process and waits until it is gone.
 func (p *proc) kill9() {
@@ -296,7 +170,7 @@ func (p *proc) kill9() {
 		p.t.Fatalf("SIGKILL: %v", err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(10 * time.Second):
 		p.t.Fatal("process still there 10s after SIGKILL")
 	}
@@ -311,9 +185,9 @@ func (p *proc) term(limit time.Duration) (int, time.Duration) {
 		p.t.Fatalf("SIGTERM: %v", err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(limit):
-		p.killIfRunning()
+		p.Stop(0)
 		p.t.Fatalf("process did not exit within %v of SIGTERM\nstderr:\n%s", limit, p.Stderr())
 	}
 	return p.cmd.ProcessState.ExitCode(), time.Since(start)
@@ -429,11 +303,5 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	}
 }
 
-func token(t *testing.T, user string) string {
-	t.Helper()
-	tok, err := gateway.Issue([]byte(testSecret), gateway.TokenSpec{User: user}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+// token issues user a token the test nodes accept.
+var token = nodetest.Token

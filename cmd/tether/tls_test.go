@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/tlstest"
 )
 
@@ -72,7 +73,7 @@ func TestTLSServeReloadAndClients(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	bench := exec.CommandContext(ctx, tetherBin, "bench", "--url", wss, "--ca-cert", caFile, "--dev-tokens",
+	bench := exec.CommandContext(ctx, nodetest.Binary(t), "bench", "--url", wss, "--ca-cert", caFile, "--dev-tokens",
 		"--sessions", "3", "--ramp", "200ms", "--duration", "2s", "--drop-every", "700ms", "--away-max", "200ms")
 	bench.Env = childEnv()
 	if out, err := bench.CombinedOutput(); err != nil || !strings.Contains(string(out), "PASSED") {

@@ -78,4 +78,24 @@
 // (1006, 1009, 1011, 1012, 1013, network errors, ErrSilent, ErrAckTimeout)
 // is retried transparently. Error texts name the protocol (frame limit,
 // close codes, error codes), not this package's identifiers.
+//
+// # Exported surface
+//
+//   - Client, New, Dial, Config: a client of one session (Send, SendID,
+//     Interrupt, InterruptID, Cancel, Approve, SetContext, History,
+//     Complete, Messages, Partials, LastSeq, SessionID, Ready, Done, Err,
+//     Stats, Drop, Close).
+//   - Partial: a streamed reply as far as it has come; Stats: the
+//     client's counters.
+//   - ServerError, SessionLostError, Refused: an error frame, a resume
+//     answered with a new session, and whether a request was refused for
+//     good.
+//   - ErrClosed, ErrCompleted, ErrSuperseded, ErrReauthRequired,
+//     ErrUnauthorized, ErrSessionLost, ErrUnreachable: why a Client ended.
+//   - ErrSilent, ErrAckTimeout: why a connection was given up and
+//     replaced.
+//   - ErrTooLarge: a send refused for its size.
+//   - Chat, ChatConfig, ChatHelp, FormatMessage: the terminal chat.
+//   - LoadCA, ErrBadCA: trusting a private CA alone.
+//   - TokenSubject: a token's user, read without verifying it.
 package client

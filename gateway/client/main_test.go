@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
-	tnode "github.com/tether-dev/tether/gateway/node"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -27,12 +28,12 @@ var quiet = slog.New(slog.DiscardHandler)
 
 const wait = 10 * time.Second
 
-// node is a real in-process Tether node on 127.0.0.1.
+// node is a real in-process node (package nodetest), or another gateway
+// in front of its registry.
 type node struct {
 	addr   string // host:port
 	secret []byte
 	srv    *gateway.Server
-	reg    *actor.Registry
 }
 
 func (n *node) url() string { return "ws://" + n.addr + "/v1/ws" }
@@ -40,40 +41,36 @@ func (n *node) url() string { return "ws://" + n.addr + "/v1/ws" }
 type nodeOpts struct {
 	replayLimit int
 	maxFrame    int64
-	secrets     [][]byte // per front; default one shared test secret
+	secrets     [][]byte // per front; default nodetest.Secret
 	engine      engine.Engine
 	fronts      int // gateways sharing the registry; default 1
 }
 
-// newNode starts a registry on a fresh log and o.fronts gateways in front
-// of it; the first is returned, all are in fronts.
+// newNode starts a node (and o.fronts-1 gateways in front of it: newNodes)
+// and returns it.
 func newNode(t *testing.T, o nodeOpts) *node {
 	ns := newNodes(t, o)
 	return ns[0]
 }
 
+// newNodes starts a node and o.fronts-1 more gateways in front of its
+// registry (clients that move between "nodes" without a cluster); the
+// node is first.
 func newNodes(t *testing.T, o nodeOpts) []*node {
 	t.Helper()
 	secretFor := func(i int) []byte {
 		if i < len(o.secrets) {
 			return o.secrets[i]
 		}
-		return []byte("client-test-secret")
+		return []byte(nodetest.Secret)
 	}
 	gc := func(i int) gateway.Config {
 		return gateway.Config{Secret: secretFor(i), NoRateLimit: true, MaxFrame: o.maxFrame, Logger: quiet}
 	}
-	// The node is assembled as tether serve assembles one; more fronts, if
-	// asked for, are gateways sharing its registry (clients that move
-	// between "nodes" without a cluster).
-	nd, err := tnode.New(tnode.Config{
-		Dir: t.TempDir(), Logger: quiet, Gateway: gc(0),
-		Actor: actor.Config{ReplayLimit: o.replayLimit, Engine: o.engine},
+	nd := nodetest.Start(t, nodetest.Options{
+		Gateway: gc(0), Actor: actor.Config{ReplayLimit: o.replayLimit, Engine: o.engine},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := []*node{{addr: nd.Addr, secret: secretFor(0), srv: nd.Server, reg: nd.Registry}}
+	nodes := []*node{{addr: nd.Addr, secret: secretFor(0), srv: nd.Server}}
 	var served []chan struct{}
 	for i := 1; i < max(o.fronts, 1); i++ {
 		cfg := gc(i)
@@ -92,8 +89,11 @@ func newNodes(t *testing.T, o nodeOpts) []*node {
 			_ = srv.Serve(ln)
 		}()
 		served = append(served, done)
-		nodes = append(nodes, &node{addr: ln.Addr().String(), secret: cfg.Secret, srv: srv, reg: nd.Registry})
+		nodes = append(nodes, &node{addr: ln.Addr().String(), secret: cfg.Secret, srv: srv})
 	}
+	// Runs before the kit's cleanup: the fronts stop taking connections,
+	// the node closes (the sessions' clients are told 1012), then the
+	// fronts close what they still hold. The kit's Close is then a no-op.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -109,13 +109,13 @@ func newNodes(t *testing.T, o nodeOpts) []*node {
 	return nodes
 }
 
+// token issues user a token with the kit's secret, logged in authAge ago.
 func (n *node) token(t *testing.T, user string, authAge time.Duration) string {
 	t.Helper()
-	tok, err := gateway.Issue(n.secret, gateway.TokenSpec{User: user, AuthAge: authAge}, time.Now())
-	if err != nil {
-		t.Fatal(err)
+	if !bytes.Equal(n.secret, []byte(nodetest.Secret)) {
+		t.Fatalf("node %s checks tokens with its own secret: issue them with gateway.Issue", n.addr)
 	}
-	return tok
+	return nodetest.Issue(t, gateway.TokenSpec{User: user, AuthAge: authAge})
 }
 
 // snapshot reads GET /v1/sessions/{id}.

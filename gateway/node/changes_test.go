@@ -221,10 +221,24 @@ func TestLeaveWithAReplicaDown(t *testing.T) {
 }
 
 // stopSettled stops the writers and waits until no session has a turn
-// in flight, so that the logs no longer grow.
+// in flight, so that the logs no longer grow: the logs read back after
+// must hold a reply to every user entry. The writers are drained, not
+// just stopped, so that no send is still on its way to be stored once
+// the headers say the sessions are idle.
 func (ws load) stopSettled(t testing.TB, c *tcluster) {
 	t.Helper()
-	ws.stop()
+	for _, w := range ws {
+		w.drain()
+	}
+	deadline := time.After(waitFor)
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-deadline:
+			t.Fatalf("%s (session %s): its last send not acked %v after the writers were drained", w.name, w.sid, waitFor)
+		}
+	}
+	ws.stop() // they ended; marks them stopped for the cleanups
 	for _, w := range ws {
 		actortest.Eventually(t, "the last turn of "+w.sid, func() bool {
 			h, ok := header(owner(t, w.sid, c.live()...), w.sid)

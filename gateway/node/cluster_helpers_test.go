@@ -25,10 +25,12 @@ import (
 	"github.com/tether-dev/tether/cluster/clustertest"
 	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/wal"
 )
 
-var secret = []byte("cluster-test-secret")
+// secret is the kit's: the nodes check token's tokens with it.
+var secret = []byte(nodetest.Secret)
 
 // waitFor bounds every wait on a condition: generous, the machine is
 // shared and the race detector is on.
@@ -323,13 +325,10 @@ func sessionsIn(t testing.TB, n *tnode) map[string]wal.Header {
 	return out
 }
 
+// token issues user a token that outlives the slowest cluster test.
 func token(t testing.TB, user string) string {
 	t.Helper()
-	tok, err := gateway.Issue(secret, gateway.TokenSpec{User: user, TTL: 24 * time.Hour}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return nodetest.Issue(t, gateway.TokenSpec{User: user, TTL: 24 * time.Hour})
 }
 
 // get is an HTTP GET with an optional bearer token; it returns the status

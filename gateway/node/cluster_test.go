@@ -47,12 +47,15 @@ func isReplyTo(seq uint64) func(frame) bool {
 }
 
 // resume opens sid through n at the connection's last seq and checks the
-// answer: resumed, and (once the history_batch came) caught up.
+// answer: resumed, and (once the history_batch came) caught up. l is
+// given the answer too: its Verifier holds last_seq against what the
+// client was shown.
 func resume(t testing.TB, n *tnode, l *ledger, tok, sid string, last uint64) *wsc {
 	t.Helper()
 	c := dial(t, n)
 	c.last = last
 	s := c.hello(tok, sid, last)
+	l.observe(s)
 	if s.Type != "session" || !s.Resumed || s.SessionID != sid {
 		t.Fatalf("resume %s via %s at %d: %s", sid, n.id, last, s.Raw)
 	}
@@ -105,6 +108,7 @@ func TestResumeViaAnyNode(t *testing.T) {
 	if s.Type != "session" || s.Resumed || s.Reason != "new" {
 		t.Fatalf("new session: %s", s.Raw)
 	}
+	l.observe(s)
 	sid := s.SessionID
 	t.Logf("session owned by %s", owner(t, sid, c.nodes...).id)
 
@@ -181,7 +185,9 @@ func TestSnapshotFromAnyNode(t *testing.T) {
 	tok := token(t, "alice")
 	l := newLedger(t)
 	cl := dial(t, c.nodes[0])
-	sid := cl.hello(tok, "", 0).SessionID
+	s := cl.hello(tok, "", 0)
+	l.observe(s)
+	sid := s.SessionID
 	for i := range 3 {
 		u := sendWait(cl, l, fmt.Sprintf("m%d", i), "hello", false)
 		cl.until("reply", cl.follow(l), isReplyTo(u))
@@ -205,6 +211,9 @@ func TestSnapshotFromAnyNode(t *testing.T) {
 			t.Errorf("no token via %s: %d", n.id, code)
 		}
 	}
+	// Last, as resuming takes the session from cl: the six entries the
+	// snapshots count are the ones the client was shown.
+	l.check(wholeLog(t, c.nodes[0], tok, sid))
 }
 
 // A node that was given seeds serves its listener but is not ready (and

@@ -1,8 +1,3 @@
-// Package node assembles one Tether node — the store, the session
-// registry and the HTTP/WebSocket server (and, in a cluster, the cluster
-// between the registry and the server) — in the one order they must be
-// started and stopped. `tether serve`, every test that needs a real node
-// and the benchmarks all build their nodes here.
 package node
 
 import (

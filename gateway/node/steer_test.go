@@ -30,18 +30,21 @@ func TestSharedAndCancelAcrossNodes(t *testing.T) {
 	sid := first.hello(tok, "", 0).SessionID
 	first.Drop()
 	via := notOwners(t, sid, c.nodes)
+	// A ledger each: a and b are shown the same entries, side by side.
+	la, lb := newLedger(t), newLedger(t)
 	a := dial(t, via[0])
-	if s := a.hello(tok, sid, 0); !s.Resumed {
+	s := a.hello(tok, sid, 0)
+	la.observe(s)
+	if !s.Resumed {
 		t.Fatalf("resume via %s: %s", via[0].id, s.Raw)
 	}
 	b := dial(t, via[1])
 	if err := b.Write(map[string]any{"type": "hello", "token": tok, "session_id": sid, "last_seq": 0, "attach": "shared"}); err != nil {
 		t.Fatal(err)
 	}
-	if s := b.until("session", nil, func(f frame) bool { return f.Type == "session" }); !s.Resumed {
+	if s := b.until("session", lb.observe, func(f frame) bool { return f.Type == "session" }); !s.Resumed {
 		t.Fatalf("shared resume via %s: %s", via[1].id, s.Raw)
 	}
-	la, lb := newLedger(t), newLedger(t)
 	if err := a.Write(sendFrame("m1", "go")); err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +56,11 @@ func TestSharedAndCancelAcrossNodes(t *testing.T) {
 		return f.Type == "message" && f.Seq == ack.Seq
 	})
 	e.parts <- "half "
-	for _, cl := range []*wsc{a, b} {
-		if d, _ := deltaFrom(cl); d.Text != "half " || d.Seq != ack.Seq+1 {
+	for i, cl := range []*wsc{a, b} {
+		// Through the ledger: a is shown its own send after the ack,
+		// before the delta.
+		l := []*ledger{la, lb}[i]
+		if d := cl.until("delta", l.observe, func(f frame) bool { return f.Type == "delta" }); d.Text != "half " || d.Seq != ack.Seq+1 {
 			t.Fatalf("delta %s", d.Raw)
 		}
 	}

@@ -31,6 +31,7 @@ type writer struct {
 	refused  []string // why the last attempts to resume failed
 	refusals int
 	stopped  bool
+	draining bool // stop once no send is unacked, see drain
 	cur      *wsc // the connection being written on
 
 	kick chan struct{} // acks came: wake waiters
@@ -55,6 +56,7 @@ func startWriter(t testing.TB, name string, pick func(int) *tnode) *writer {
 	if s.Type != "session" {
 		t.Fatalf("%s: new session via %s: %s", name, n.id, s.Raw)
 	}
+	w.l.observe(s)
 	w.sid = s.SessionID
 	w.through = append(w.through, n.id)
 	w.cur = c
@@ -72,7 +74,7 @@ func (w *writer) run(c *wsc) {
 			var code int
 			next, pending, code = w.write(c, next, pending)
 			w.mu.Lock()
-			stop := w.stopped
+			stop := w.stopped || w.draining && pending == ""
 			if code != 0 && !stop {
 				w.closes = append(w.closes, code)
 			}
@@ -140,9 +142,12 @@ func (w *writer) hello(c *wsc, last uint64) error {
 		switch {
 		case f.Type == "error":
 			return fmt.Errorf("%s: %s", f.Code, f.Message) // unavailable: retry elsewhere
-		case f.Type == "session" && !f.Resumed:
-			w.t.Errorf("%s: session %s not resumed: %s", w.name, w.sid, f.Raw)
-			return errors.New("not resumed")
+		case f.Type == "session":
+			w.l.observe(f) // the Verifier holds last_seq against what the writer saw
+			if !f.Resumed {
+				w.t.Errorf("%s: session %s not resumed: %s", w.name, w.sid, f.Raw)
+				return errors.New("not resumed")
+			}
 		case f.Type == "history_batch":
 			c.follow(w.l)(f)
 			w.setLast(c.last)
@@ -171,7 +176,7 @@ func (w *writer) write(c *wsc, next int, pending string) (int, string, int) {
 	follow := c.follow(w.l)
 	for {
 		if pending == "" {
-			if w.isStopped() {
+			if w.quitting() {
 				c.Drop()
 				return next, "", 0
 			}
@@ -227,10 +232,11 @@ func (w *writer) setLast(s uint64) {
 	w.mu.Unlock()
 }
 
-func (w *writer) isStopped() bool {
+// quitting reports whether the writer is to send nothing more.
+func (w *writer) quitting() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stopped
+	return w.stopped || w.draining
 }
 
 func (w *writer) ackCount() int {
@@ -260,6 +266,17 @@ func (w *writer) waitAcks(n int) {
 
 // pace is the pause between a writer's ack and its next send.
 const pace = 10 * time.Millisecond
+
+// drain makes the writer end once it has no send unacked (resending
+// one through a new connection if need be); <-w.done says it has. Then
+// every send it made is stored, and the turn the last one started shows
+// in its session's header until it is answered: stop may leave a send on
+// its way to the owner, stored after anyone looked.
+func (w *writer) drain() {
+	w.mu.Lock()
+	w.draining = true
+	w.mu.Unlock()
+}
 
 // stop ends the writer (its send in flight may or may not be acked).
 // Safe to call twice.

@@ -1,14 +1,19 @@
 package node_test
 
 // A client speaking PROTOCOL.md over a raw WebSocket (gateway/wstest),
-// and a ledger that checks what every client of a session saw against the
-// session's log.
+// and a ledger that feeds what a client saw, and the session's whole log
+// read back after, into bench.Verifier.
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/bench"
+	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/gateway/wstest"
 )
 
@@ -54,25 +59,20 @@ func (c *wsc) hello(tok, sid string, lastSeq uint64) frame {
 	return c.Hello(tok, sid, lastSeq, waitFor)
 }
 
-// follow returns a wsc.until callback that records frames in l and
-// checks that this connection is shown entries gap-free and in order: a
-// history_batch starting right after what it was shown before (from
-// c.last, set to the hello's last_seq), live messages one after another.
+// follow returns a wsc.until callback that gives frames to l and fails
+// the test on an error frame l does not expect. It keeps c.last, the
+// newest seq this connection was shown (a resume starts from it): from
+// the hello's last_seq, moved by each history_batch and message. Whether
+// the entries came gap-free and in order is l's Verifier's to judge.
 func (c *wsc) follow(l *ledger) func(frame) {
 	return func(f frame) {
 		c.t.Helper()
 		switch f.Type {
 		case "history_batch":
-			if len(f.Messages) > 0 && f.FirstSeq != c.last+1 {
-				c.t.Errorf("%s: history_batch from seq %d after seq %d", c.URL, f.FirstSeq, c.last)
-			}
 			if len(f.Messages) > 0 {
 				c.last = f.LastSeq
 			}
 		case "message":
-			if f.Seq != c.last+1 {
-				c.t.Errorf("%s: message seq %d after seq %d: not gap-free", c.URL, f.Seq, c.last)
-			}
 			c.last = f.Seq
 		case "error":
 			if l == nil || !l.allowed(f.Code) {
@@ -89,18 +89,42 @@ func sendFrame(id, content string) map[string]any {
 	return map[string]any{"type": "send", "id": id, "content": content}
 }
 
-// ledger is what the clients of one session were told: every entry by
-// seq (whether live or replayed) and every ack. check compares it with
-// the session's whole log.
+// ledger is one client's view of one session, fed as it comes into a
+// bench.Verifier, the continuity checker `tether bench` uses, so that
+// these tests hold the cluster to the same promises as the benchmark:
+// entries delivered gap-free and in order across the client's
+// connections, each send acked with one seq, a resume never behind what
+// the client saw; and, given the whole log by check, every entry seen is
+// in it unchanged, every ack is its user entry, every user entry has a
+// reply and every tool call ran once. Each violation fails the test when
+// it is found.
+//
+// One ledger is one client: the Verifier wants the entries in delivery
+// order, so a session's connections that run side by side (a shared
+// attach) each need their own ledger, and a client that resumes must do
+// so from the newest seq it was shown.
 type ledger struct {
-	t     testing.TB
+	t testing.TB
+	v *bench.Verifier
+
 	mu    sync.Mutex
-	seen  map[uint64]frame
-	acked map[string]uint64 // send id → seq
-	allow map[string]bool   // error codes the test expects
+	sid   string          // from the session frames, for the failure messages
+	allow map[string]bool // error codes the test expects
 }
 
-// expect makes an error frame with code no failure.
+// ledgerKey is the Verifier's name for the ledger's session: each ledger has
+// a Verifier of its own, so one name does.
+const ledgerKey = "client"
+
+func newLedger(t testing.TB) *ledger {
+	l := &ledger{t: t}
+	l.v = bench.NewVerifier(bench.VerifierConfig{OnViolation: func(v bench.Violation) {
+		l.t.Errorf("session %s: %s at seqs %v: %s", l.session(), v.Kind, v.Seqs, v.Detail)
+	}})
+	return l
+}
+
+// expect makes an error frame with code no failure (see follow).
 func (l *ledger) expect(code string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -116,69 +140,69 @@ func (l *ledger) allowed(code string) bool {
 	return l.allow[code]
 }
 
-func newLedger(t testing.TB) *ledger {
-	return &ledger{t: t, seen: map[uint64]frame{}, acked: map[string]uint64{}}
-}
-
-// observe records one frame; it is a wsc.until callback.
-func (l *ledger) observe(f frame) {
-	l.t.Helper()
+func (l *ledger) session() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.sid
+}
+
+// observe gives one frame the client was shown to the Verifier; it is a
+// wsc.until callback. Frames must come in the order the client read
+// them, every entry among them: a message the test skipped would be a
+// gap. A history_batch is taken for a resume's replay (pages asked for
+// with history are not deliveries: never observe them).
+func (l *ledger) observe(f frame) {
 	switch f.Type {
 	case "message":
-		l.entry(f)
+		l.v.Feed(ledgerKey, bench.Event{Kind: bench.EvEntry, Msg: message(f)})
 	case "history_batch":
 		for _, m := range f.Messages {
-			l.entry(m)
+			l.v.Feed(ledgerKey, bench.Event{Kind: bench.EvEntry, Msg: message(m)})
 		}
 	case "ack":
-		if old, ok := l.acked[f.ID]; ok && old != f.Seq {
-			l.t.Errorf("send %s acked as seq %d and as seq %d", f.ID, old, f.Seq)
+		l.v.Feed(ledgerKey, bench.Event{Kind: bench.EvAck, SendID: f.ID, Seq: f.Seq})
+	case "session":
+		l.mu.Lock()
+		l.sid = f.SessionID
+		l.mu.Unlock()
+		if f.Reason == wire.ReasonNew {
+			return // a new session: nothing was resumed
 		}
-		l.acked[f.ID] = f.Seq
+		// Away stays 0: these tests never leave a session for its
+		// window, so a resume refused as expired is a violation too.
+		l.v.Feed(ledgerKey, bench.Event{Kind: bench.EvResume, Frame: wire.SessionFrame{
+			Type: f.Type, SessionID: f.SessionID, Resumed: f.Resumed, Reason: f.Reason,
+			Status: f.Status, LastSeq: f.LastSeq, WindowS: f.WindowS,
+		}})
 	}
 }
 
-func (l *ledger) entry(f frame) {
-	if old, ok := l.seen[f.Seq]; ok && !sameEntry(old, f) {
-		l.t.Errorf("seq %d shown as two entries: %s / %s", f.Seq, old.Raw, f.Raw)
-		return
-	}
-	l.seen[f.Seq] = f
+// message is the entry a message frame (or a history_batch element)
+// carries.
+func message(f frame) wire.Message {
+	return wire.Message{Seq: f.Seq, Role: f.Role, Content: f.Content, Timestamp: f.Timestamp, Metadata: f.Metadata}
 }
 
-func sameEntry(a, b frame) bool {
-	return a.Role == b.Role && a.Content == b.Content && a.MD("id") == b.MD("id") &&
-		a.MD("call_id") == b.MD("call_id") && a.MD("status") == b.MD("status")
-}
-
-// check holds the session's whole log (from a resume at 0) against what
-// the clients were shown: the log is gap-free from 1, every entry shown
-// is in it at its seq, and every acked send is the user entry at its
-// acked seq. It returns the log's last seq.
+// check gives the Verifier the session's whole log (from wholeLog) and
+// fails the test if it finds the log, or what the client was shown,
+// breaking a promise. Call it once, when the session is settled (every
+// turn answered): the Verifier judges nothing fed after. It returns the
+// log's last seq.
 func (l *ledger) check(log []frame) uint64 {
 	l.t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	bySeq := map[uint64]frame{}
+	entries := make([]wire.Message, len(log))
 	for i, e := range log {
-		if e.Seq != uint64(i+1) {
-			l.t.Fatalf("the log is not gap-free: entry %d has seq %d", i, e.Seq)
-		}
-		bySeq[e.Seq] = e
+		entries[i] = message(e)
 	}
-	for seq, f := range l.seen {
-		if e, ok := bySeq[seq]; !ok || !sameEntry(e, f) {
-			l.t.Errorf("seq %d was shown as %s; the log has %s", seq, f.Raw, e.Raw)
-		}
+	l.v.Feed(ledgerKey, bench.Event{Kind: bench.EvFinal, Log: entries})
+	c := l.v.Counts()
+	if c.Verified != 1 {
+		// A resume was refused: the Verifier judged the session by
+		// what its client saw alone and never compared the log.
+		l.t.Errorf("session %s: the log was not verified (%+v)", l.session(), c)
 	}
-	for id, seq := range l.acked {
-		if e, ok := bySeq[seq]; !ok || e.Role != "user" || e.MD("id") != id {
-			l.t.Errorf("send %s was acked as seq %d; the log has %s there (last seq %d): an acked entry was lost",
-				id, seq, e.Raw, len(log))
-		}
-	}
+	l.t.Logf("session %s: %d entries read back, %d seen compared with them, %d of %d acks found, %d user entries checked for a reply, %d tool calls",
+		l.session(), c.EntriesReread, c.EntriesCompared, c.AcksVerified, c.AckedSends, c.UserEntries, c.ToolCalls)
 	return uint64(len(log))
 }
 
@@ -217,4 +241,75 @@ func wholeLog(t testing.TB, n *tnode, tok, sid string) []frame {
 		t.Fatalf("resume at 0 and history pages hold %d entries, the session %d", len(log), s.LastSeq)
 	}
 	return log
+}
+
+// failures is a testing.TB that keeps what is reported to it.
+type failures struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *failures) Helper()             {}
+func (r *failures) Logf(string, ...any) {}
+func (r *failures) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// The ledger is the only check of continuity these tests have: it must
+// hand the Verifier what the client saw so that a broken promise fails
+// the test, and a sound session must not.
+func TestLedgerFeedsVerifier(t *testing.T) {
+	t.Parallel()
+	user := func(seq uint64, id string) frame {
+		return frame{Type: "message", Seq: seq, Role: "user", Content: id, Metadata: map[string]any{"id": id}}
+	}
+	agent := func(seq, replyTo uint64) frame {
+		return frame{Type: "message", Seq: seq, Role: "agent", Content: "ok", Metadata: map[string]any{"reply_to": float64(replyTo)}}
+	}
+	ack := func(id string, seq uint64) frame { return frame{Type: "ack", ID: id, Seq: seq} }
+	resumed := func(last uint64) frame {
+		return frame{Type: "session", SessionID: "s", Resumed: true, Reason: "resumed", LastSeq: last, WindowS: 300}
+	}
+	batch := func(ms ...frame) frame { return frame{Type: "history_batch", Messages: ms} }
+	newSession := frame{Type: "session", SessionID: "s", Reason: "new", WindowS: 300}
+	log := []frame{user(1, "m1"), agent(2, 1), user(3, "m2"), agent(4, 3)}
+	changed := agent(2, 1)
+	changed.Content = "not ok"
+
+	for _, tc := range []struct {
+		name string
+		seen []frame
+		log  []frame
+		want string // the violation kind, "" for none
+	}{
+		{"sound", []frame{newSession, user(1, "m1"), ack("m1", 1), agent(2, 1), resumed(2), batch(), user(3, "m2"), ack("m2", 3), agent(4, 3)}, log, ""},
+		{"sound resume with a replay", []frame{newSession, user(1, "m1"), ack("m1", 1), resumed(1), batch(agent(2, 1), user(3, "m2"), agent(4, 3))}, log, ""},
+		{"a gap", []frame{user(1, "m1"), agent(4, 3)}, log, bench.VGap},
+		{"an entry twice", []frame{user(1, "m1"), resumed(0), batch(user(1, "m1"))}, log, bench.VDuplicateSeq},
+		{"a resume behind", []frame{user(1, "m1"), agent(2, 1), resumed(1)}, log, bench.VLogTruncated},
+		{"a resume refused", []frame{user(1, "m1"), {Type: "session", SessionID: "s", Reason: "not_found"}}, log, bench.VSessionLost},
+		{"one send, two acks", []frame{ack("m1", 1), ack("m1", 3)}, log, bench.VAckChanged},
+		{"an ack not at its entry", []frame{ack("m1", 2)}, log, bench.VLostAck},
+		{"an ack past the log", []frame{ack("m3", 5)}, log, bench.VLostAck},
+		{"an entry changed", []frame{user(1, "m1"), changed}, log, bench.VEntryChanged},
+		{"entries lost", []frame{user(1, "m1"), agent(2, 1), user(3, "m2"), agent(4, 3)}, log[:2], bench.VLostEntries},
+		{"an unanswered send", nil, log[:3], bench.VUnanswered},
+		{"a log with a gap", nil, []frame{user(1, "m1"), agent(3, 1)}, bench.VGap},
+	} {
+		r := &failures{TB: t}
+		l := newLedger(r)
+		for _, f := range tc.seen {
+			l.observe(f)
+		}
+		l.check(tc.log)
+		switch {
+		case tc.want == "" && len(r.errs) > 0:
+			t.Errorf("%s: %q", tc.name, r.errs)
+		case tc.want != "" && !slices.ContainsFunc(r.errs, func(e string) bool { return strings.Contains(e, ": "+tc.want+" at ") }):
+			t.Errorf("%s: %q, want a %s violation", tc.name, r.errs, tc.want)
+		}
+	}
 }

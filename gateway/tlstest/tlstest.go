@@ -1,8 +1,3 @@
-// Package tlstest makes certificates for tests, the way net/http/httptest
-// makes servers: a throwaway certificate authority (crypto/x509,
-// self-signed) that signs leaf certificates for 127.0.0.1 and localhost,
-// written to PEM files a real `tether serve --tls-cert/--tls-key` reads.
-// It is for tests only.
 package tlstest
 
 import (

@@ -1,6 +1,6 @@
 package web_test
 
-// The browser suite: the real tether binary (built once here) serving the
+// The browser suite: the real tether binary (built once, by nodetest) serving the
 // demo page to a real headless Chromium driven with chromedp.
 
 import (
@@ -13,11 +13,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"go.uber.org/goleak"
+
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 var (
-	// tetherBin is the binary TestMain builds.
-	tetherBin string
 	// browserCtx is a started Chromium, or nil when there is none
 	// (noBrowser says why).
 	browserCtx context.Context
@@ -33,14 +33,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	tetherBin = filepath.Join(dir, "tether")
-	build := exec.Command("go", "build", "-o", tetherBin, "./cmd/tether")
-	build.Dir = filepath.Join("..", "..") // the module root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tether:", err)
-		return 1
-	}
+	// The tether binary the tests build (nodetest.Binary) is shared by
+	// them all, so removed only once they have run.
+	defer nodetest.RemoveBinary()
 
 	stop, err := startBrowser(filepath.Join(dir, "chromium-profile"))
 	if err != nil {

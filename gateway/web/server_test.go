@@ -4,38 +4,26 @@ package web_test
 // WebSocket client to seed sessions and to read what the server stored.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // server is one running `tether serve`.
 type server struct {
+	*nodetest.Proc
 	t    *testing.T
 	addr string // host:port it listens on
-	cmd  *exec.Cmd
-
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	line   chan struct{} // closed and replaced on each stderr line
-	exited chan struct{}
 }
-
-var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening".*?"addr":"([^"]+)"`)
 
 // startServer starts `tether serve` on a fresh data directory with extra
 // flags (--dev-tokens and --agent are up to the caller) and waits until it
@@ -49,78 +37,31 @@ func startServer(t *testing.T, extra ...string) *server {
 	return s
 }
 
-// tryServer is startServer returning the failure to start.
+// tryServer is startServer returning the failure to start (with the
+// process's log), so that a test can tell an older binary's refusal of
+// a flag from another failure.
 func tryServer(t *testing.T, extra ...string) (*server, error) {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--gossip", "127.0.0.1:0"}, extra...)
-	s := &server{t: t, line: make(chan struct{}), exited: make(chan struct{})}
-	s.cmd = exec.Command(tetherBin, args...)
-	for _, kv := range os.Environ() { // a developer's TETHER_* must not change what runs
-		if !strings.HasPrefix(kv, "TETHER_") {
-			s.cmd.Env = append(s.cmd.Env, kv)
-		}
-	}
-	pipe, err := s.cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start tether serve: %w", err)
-	}
-	go s.readLog(pipe)
+	p := nodetest.StartServe(t, nodetest.ServeOptions{
+		Args:   append([]string{"--gossip", "127.0.0.1:0"}, extra...),
+		NoWait: true, // the failure to listen is returned, not fatal
+	})
+	s := &server{Proc: p, t: t}
+	// Registered after the kit's cleanup, so it runs first: the graceful
+	// path, and the whole log once the process is gone.
 	t.Cleanup(s.stop)
-	deadline := time.After(30 * time.Second)
-	for {
-		s.mu.Lock()
-		m, ch := listenRE.FindStringSubmatch(s.stderr.String()), s.line
-		s.mu.Unlock()
-		if m != nil {
-			s.addr = m[1] + m[2]
-			return s, nil
-		}
-		select {
-		case <-ch:
-		case <-s.exited:
-			return nil, fmt.Errorf("tether serve %v exited before listening:\n%s", extra, s.log())
-		case <-deadline:
-			return nil, fmt.Errorf("tether serve %v did not log `listening` in 30 s:\n%s", extra, s.log())
-		}
+	if err := p.WaitListening(30 * time.Second); err != nil {
+		return nil, fmt.Errorf("tether serve %v: %w:\n%s", extra, err, p.Stderr())
 	}
-}
-
-func (s *server) readLog(pipe io.Reader) {
-	sc := bufio.NewScanner(pipe)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		s.mu.Lock()
-		s.stderr.Write(sc.Bytes())
-		s.stderr.WriteByte('\n')
-		close(s.line)
-		s.line = make(chan struct{})
-		s.mu.Unlock()
-	}
-	_, _ = io.Copy(io.Discard, pipe)
-	_ = s.cmd.Wait()
-	close(s.exited)
-}
-
-func (s *server) log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stderr.String()
+	s.addr = p.Addr
+	return s, nil
 }
 
 // stop sends SIGTERM (the graceful path) and SIGKILL if that takes long.
 func (s *server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
+	s.Stop(15 * time.Second)
 	if s.t.Failed() {
-		s.t.Logf("server %s log:\n%s", s.addr, s.log())
+		s.t.Logf("server %s log:\n%s", s.addr, s.Stderr())
 	}
 }
 
@@ -150,7 +91,7 @@ func (s *server) devToken(user string) string {
 // mintToken runs `tether token` with the server's secret (and extra flags).
 func mintToken(t *testing.T, user, secret string, extra ...string) string {
 	t.Helper()
-	out, err := exec.Command(tetherBin, append([]string{"token", "--user", user, "--secret", secret}, extra...)...).Output()
+	out, err := exec.Command(nodetest.Binary(t), append([]string{"token", "--user", user, "--secret", secret}, extra...)...).Output()
 	if err != nil {
 		t.Fatalf("tether token: %v", err)
 	}

@@ -1,8 +1,3 @@
-// Package wire is the Tether wire protocol as Go types: the frame types,
-// error codes and close codes of PROTOCOL.md, and the JSON shape of every
-// frame. It is shared by the server (package gateway) and the Go client
-// (package gateway/client), and imports nothing but the standard library,
-// so a client links neither the store nor the server.
 package wire
 
 // Frame types.

@@ -27,4 +27,12 @@
 // goroutine the actor gives its step, on a transport with no per-host
 // connection cap, so a slow or dead endpoint for one session holds up no
 // other.
+//
+// The exported surface:
+//
+//   - Agent, New, Config: the engine (Next, Stream, RunCall, Tool, Close).
+//   - Sign: the Tether-Signature header of a request body sent at a time,
+//     for endpoints and tests that check it.
+//   - ErrStatus, ErrBadLine, ErrNoFinal, ErrTimeout: what the errors of a
+//     failed request wrap.
 package httpagent

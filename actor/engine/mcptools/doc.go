@@ -42,4 +42,19 @@
 // servers offer the same name, or a server offers one of the engine's
 // own tools' names (Config.Reserved), each server's tool is called
 // SERVER_TOOL instead.
+//
+// Its tests, and the command's, run real MCP servers from package
+// mcptest.
+//
+// The exported surface:
+//
+//   - Set, New, Config: the tools of a list of servers, kept up to date
+//     in the background (OpenAITools, OpenAITool: an llm.ToolSource;
+//     Close).
+//   - Server: one MCP server to take tools from: its name, URL and the
+//     headers sent with every request.
+//   - Declare: what a tool's annotations make of its calls (idempotent,
+//     needs approval), by the rules above.
+//   - CheckURL: what is wrong with a server URL, without repeating it (it
+//     may hold credentials).
 package mcptools

@@ -1,8 +1,3 @@
-// Package machinetest is test support for the session machine and its
-// runner: a scan of package source that lets a test prove every event
-// has a case in Machine.Step and every effect a case in the runner, so
-// that a new event or effect without one fails a test rather than
-// being reported at run time.
 package machinetest
 
 import (

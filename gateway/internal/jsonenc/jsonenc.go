@@ -1,13 +1,3 @@
-// Package jsonenc writes the frames a session sends most — message, ack,
-// delta, history_batch — by hand into one buffer: encoding/json's
-// reflection was a fifth of a resume's CPU.
-//
-// The invariant: every frame decodes to exactly what encoding/json would
-// have produced from the gateway's frame structs (gateway's
-// TestFastEncodingMatchesJSON and FuzzFastEncoding check it), strings
-// escaped as encoding/json escapes them (invalid UTF-8 replaced, U+2028
-// and U+2029 escaped), floats formatted as it formats them, NaN and the
-// infinities as null. Values with no fast path go through encoding/json.
 package jsonenc
 
 import (
@@ -47,6 +37,7 @@ func AppendMessage(b []byte, e *record.Entry, typ string) []byte {
 	return append(b, '}')
 }
 
+// AppendAck writes an ack frame: send id was stored as entry seq.
 func AppendAck(b []byte, id string, seq uint64) []byte {
 	b = append(b, `{"type":"ack","id":`...)
 	b = AppendString(b, id)
@@ -55,6 +46,8 @@ func AppendAck(b []byte, id string, seq uint64) []byte {
 	return append(b, '}')
 }
 
+// AppendDelta writes a delta frame: text of the reply that will be entry
+// d.Seq, its parts d.From..d.Part.
 func AppendDelta(b []byte, d wire.Delta) []byte {
 	b = append(b, `{"type":"delta","seq":`...)
 	b = strconv.AppendUint(b, d.Seq, 10)
@@ -69,6 +62,8 @@ func AppendDelta(b []byte, d wire.Delta) []byte {
 	return append(b, '}')
 }
 
+// AppendBatch writes a history_batch frame: msgs, with the count of older
+// entries left out and, when there is one, a summary of them.
 func AppendBatch(b []byte, msgs []record.Entry, omitted uint64, summary string) []byte {
 	b = append(b, `{"type":"history_batch","messages":[`...)
 	for i := range msgs {

@@ -1,6 +1,3 @@
-// Package recordtest is test support for values the log stores: nested
-// values built to a depth, their depth as the door rule counts it, and
-// the JSON a client would get back.
 package recordtest
 
 import (

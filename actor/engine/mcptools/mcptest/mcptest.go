@@ -1,6 +1,3 @@
-// Package mcptest runs real MCP servers for tests: the go-sdk's server
-// over its streamable HTTP handler, on 127.0.0.1, counting the calls of
-// each tool. It is test support only.
 package mcptest
 
 import (
