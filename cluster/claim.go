@@ -240,6 +240,29 @@ func (j *journal) fenceOne(ctx context.Context, id, sid string, epoch uint64) fe
 // copy can exist.
 func (j *journal) peek(ctx context.Context, sid string) (copyAt, bool, error) {
 	cfg := j.c.cons.fsm.current()
+	best, ok, err := j.peekUnder(ctx, sid, cfg)
+	if ok || err != nil {
+		return best, ok, err
+	}
+	// No copy under the configurations this node knows. That is the
+	// answer only if no newer one exists: a node whose view lags (it
+	// routed a hello to itself under a configuration a newer one
+	// replaced, or applied one late under load) would otherwise tell a
+	// client its session does not exist, and the client would be given a
+	// new one.
+	fresh, err := j.c.cons.fresh(ctx)
+	if err != nil {
+		return copyAt{}, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if fresh.Number == cfg.Number {
+		return copyAt{}, false, nil
+	}
+	return j.peekUnder(ctx, sid, fresh)
+}
+
+// peekUnder surveys the copies of sid that the configurations up to cfg
+// place.
+func (j *journal) peekUnder(ctx context.Context, sid string, cfg Configuration) (copyAt, bool, error) {
 	first := j.c.cons.fsm.placement(cfg).Replicas(sid, cfg.Replicas)
 	copies, _, err := j.cover(ctx, sid, cfg, first, func(id string) fenced {
 		if id == j.c.cfg.Self.ID {
