@@ -9,6 +9,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -69,12 +70,12 @@ func TestCallRunnerRunsCalls(t *testing.T) {
 	eng.g.results <- "found"
 	done := expect[*machine.EntryOut](t, c).Entry
 	reply := expect[*machine.EntryOut](t, c).Entry
-	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
+	if machinetest.MetaString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "found") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
 	calls := eng.callsSeen()
 	if len(calls) != 1 || calls[0].SessionID != "s" || calls[0].UserID != "alice" ||
-		calls[0].CallID != mdString(started, "call_id") || calls[0].Name != "search" || calls[0].Attempt != 0 {
+		calls[0].CallID != machinetest.MetaString(started, "call_id") || calls[0].Name != "search" || calls[0].Attempt != 0 {
 		t.Fatalf("RunCall saw %+v, started entry %+v", calls, started)
 	}
 	eng.mu.Lock()
@@ -112,16 +113,16 @@ func TestCallRunnerRestart(t *testing.T) {
 				eng2.g.results <- "again"
 				es = waitTurnDone(t, e, "s", 4)
 				calls := eng2.callsSeen()
-				if len(calls) != 1 || calls[0].CallID != mdString(started, "call_id") || calls[0].Attempt != 1 {
+				if len(calls) != 1 || calls[0].CallID != machinetest.MetaString(started, "call_id") || calls[0].Attempt != 1 {
 					t.Fatalf("re-run %+v", calls)
 				}
-				if mdString(es[2], "status") != engine.ToolCompleted || es[2].Content != "again" {
+				if machinetest.MetaString(es[2], "status") != engine.ToolCompleted || es[2].Content != "again" {
 					t.Fatalf("entry 3 = %+v", es[2])
 				}
 				return
 			}
 			es = waitTurnDone(t, e, "s", 4)
-			if mdString(es[2], "status") != engine.ToolFailed || es[2].Content != engine.ResultInterrupted {
+			if machinetest.MetaString(es[2], "status") != engine.ToolFailed || es[2].Content != engine.ResultInterrupted {
 				t.Fatalf("entry 3 = %+v", es[2])
 			}
 			if n := eng2.g.runs.Load(); n != 0 {

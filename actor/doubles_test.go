@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -235,8 +236,8 @@ func (e *gatedEngine) Next(ctx context.Context, in engine.TurnInput) (engine.Act
 		return engine.Action{Call: &engine.Call{Name: "search", Args: map[string]any{"query": text}}}, nil
 	}
 	last := in.Steps[len(in.Steps)-1]
-	if st := mdString(last, "status"); st == engine.ToolFailed || st == engine.ToolDenied {
-		return engine.Action{Reply: fmt.Sprintf("the %s did not finish (%s)", mdString(last, "name"), last.Content)}, nil
+	if st := machinetest.MetaString(last, "status"); st == engine.ToolFailed || st == engine.ToolDenied {
+		return engine.Action{Reply: fmt.Sprintf("the %s did not finish (%s)", machinetest.MetaString(last, "name"), last.Content)}, nil
 	}
 	return engine.Action{Reply: fmt.Sprintf("about %q: %s", text, last.Content), AgentContext: map[string]any{"last": text}}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -193,11 +194,11 @@ func chat(t *testing.T, h *Handle, c *recConn, id, text string) uint64 {
 	ack := expect[*machine.AckOut](t, c)
 	user := expect[*machine.EntryOut](t, c).Entry
 	reply := expect[*machine.EntryOut](t, c).Entry
-	if ack.ID != id || user.Seq != ack.Seq || user.Role != engine.RoleUser || user.Content != text || mdString(user, "id") != id {
+	if ack.ID != id || user.Seq != ack.Seq || user.Role != engine.RoleUser || user.Content != text || machinetest.MetaString(user, "id") != id {
 		t.Fatalf("send %s: ack %+v, entry %+v", id, ack, user)
 	}
 	if reply.Seq != user.Seq+1 || reply.Role != engine.RoleAgent || reply.Content != "Agent reply: "+text ||
-		asUint(reply.Metadata["reply_to"]) != user.Seq {
+		machinetest.Uint(reply.Metadata["reply_to"]) != user.Seq {
 		t.Fatalf("send %s: reply %+v", id, reply)
 	}
 	return user.Seq

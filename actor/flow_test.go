@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -28,7 +29,7 @@ func TestRegistrySendFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect[*machine.AckOut](t, c)
-	if en := expect[*machine.EntryOut](t, c).Entry; mdString(en, "lang") != "zh" || mdString(en, "id") != "m3" {
+	if en := expect[*machine.EntryOut](t, c).Entry; machinetest.MetaString(en, "lang") != "zh" || machinetest.MetaString(en, "id") != "m3" {
 		t.Fatalf("user entry metadata %v", en.Metadata)
 	}
 	expect[*machine.EntryOut](t, c)

@@ -43,36 +43,6 @@ func span(from, to uint64) []uint64 {
 	return out
 }
 
-func mdString(e wal.Entry, key string) string {
-	s, _ := e.Metadata[key].(string)
-	return s
-}
-
-// asUint reads an integer the way msgpack may have decoded it.
-func asUint(v any) uint64 {
-	switch v := v.(type) {
-	case uint64:
-		return v
-	case uint32:
-		return uint64(v)
-	case uint16:
-		return uint64(v)
-	case uint8:
-		return uint64(v)
-	case int64:
-		return uint64(v)
-	case int32:
-		return uint64(v)
-	case int16:
-		return uint64(v)
-	case int8:
-		return uint64(v)
-	case int:
-		return uint64(v)
-	}
-	return 0
-}
-
 func dumpOuts(os []machine.Out) string {
 	s := "["
 	for i, o := range os {

@@ -10,6 +10,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -95,7 +96,7 @@ func startToolThenStop(t *testing.T, e *env, eng *gatedEngine) {
 	}
 	expect[*machine.AckOut](t, c)
 	expect[*machine.EntryOut](t, c)
-	if en := expect[*machine.EntryOut](t, c).Entry; mdString(en, "status") != engine.ToolStarted {
+	if en := expect[*machine.EntryOut](t, c).Entry; machinetest.MetaString(en, "status") != engine.ToolStarted {
 		t.Fatalf("entry 2 = %+v", en)
 	}
 	actortest.Recv(t, "the tool to run", eng.g.started)
@@ -135,10 +136,10 @@ func TestRestartInterruptsNonIdempotentTool(t *testing.T) {
 	e.start()
 	es := waitTurnDone(t, e, "s", 4)
 	failed := es[2]
-	if mdString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultInterrupted || mdString(failed, "call_id") != mdString(es[1], "call_id") {
+	if machinetest.MetaString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultInterrupted || machinetest.MetaString(failed, "call_id") != machinetest.MetaString(es[1], "call_id") {
 		t.Fatalf("entry 3 = %+v, want the call failed as interrupted", failed)
 	}
-	if !strings.Contains(es[3].Content, "did not finish (interrupted)") || asUint(es[3].Metadata["reply_to"]) != 1 {
+	if !strings.Contains(es[3].Content, "did not finish (interrupted)") || machinetest.Uint(es[3].Metadata["reply_to"]) != 1 {
 		t.Fatalf("entry 4 = %+v", es[3])
 	}
 	if n := eng.g.runs.Load(); n != 0 {
@@ -164,7 +165,7 @@ func TestRestartRerunsIdempotentTool(t *testing.T) {
 	}
 	eng.g.results <- "3 results"
 	es := waitTurnDone(t, e, "s", 4)
-	if mdString(es[2], "status") != engine.ToolCompleted || es[2].Content != "3 results" || !strings.Contains(es[3].Content, "3 results") {
+	if machinetest.MetaString(es[2], "status") != engine.ToolCompleted || es[2].Content != "3 results" || !strings.Contains(es[3].Content, "3 results") {
 		t.Fatalf("entries %s", dumpOuts(entryOuts(es)))
 	}
 	if n := eng.g.runs.Load(); n != 1 {

@@ -7,6 +7,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 )
 
 // A tool call that needs approval waits in the log: through a disconnect,
@@ -24,10 +25,10 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	expect[*machine.AckOut](t, c)
 	expect[*machine.EntryOut](t, c)
 	waiting := expect[*machine.EntryOut](t, c).Entry
-	if mdString(waiting, "status") != engine.ToolAwaitingApproval || waiting.Metadata["args"] == nil {
+	if machinetest.MetaString(waiting, "status") != engine.ToolAwaitingApproval || waiting.Metadata["args"] == nil {
 		t.Fatalf("waiting entry %+v", waiting)
 	}
-	callID := mdString(waiting, "call_id")
+	callID := machinetest.MetaString(waiting, "call_id")
 	h.Detach()
 	e.passivate("s")
 	e.restart()
@@ -54,7 +55,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	}
 	approved := expect[*machine.EntryOut](t, c2).Entry
 	started := expect[*machine.EntryOut](t, c2).Entry
-	if mdString(approved, "status") != engine.ToolApproved || mdString(approved, "by") != "alice" || mdString(started, "status") != engine.ToolStarted {
+	if machinetest.MetaString(approved, "status") != engine.ToolApproved || machinetest.MetaString(approved, "by") != "alice" || machinetest.MetaString(started, "status") != engine.ToolStarted {
 		t.Fatalf("after approve: %+v / %+v", approved, started)
 	}
 	actortest.Recv(t, "the approved run", eng.g.started)
@@ -64,7 +65,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	eng.g.results <- "sent"
 	done := expect[*machine.EntryOut](t, c2).Entry
 	reply := expect[*machine.EntryOut](t, c2).Entry
-	if mdString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "sent") {
+	if machinetest.MetaString(done, "status") != engine.ToolCompleted || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "sent") {
 		t.Fatalf("after the run: %+v / %+v", done, reply)
 	}
 	if n := eng.g.runs.Load(); n != 1 || len(eng.callsSeen()) != 1 {
@@ -87,12 +88,12 @@ func TestApprovalDenied(t *testing.T) {
 	expect[*machine.AckOut](t, c)
 	expect[*machine.EntryOut](t, c)
 	waiting := expect[*machine.EntryOut](t, c).Entry
-	if err := h.Approve(t.Context(), mdString(waiting, "call_id"), false); err != nil {
+	if err := h.Approve(t.Context(), machinetest.MetaString(waiting, "call_id"), false); err != nil {
 		t.Fatal(err)
 	}
 	denied := expect[*machine.EntryOut](t, c).Entry
 	reply := expect[*machine.EntryOut](t, c).Entry
-	if mdString(denied, "status") != engine.ToolDenied || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "denied") {
+	if machinetest.MetaString(denied, "status") != engine.ToolDenied || reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "denied") {
 		t.Fatalf("denied: %+v / %+v", denied, reply)
 	}
 	if n := eng.g.runs.Load(); n != 0 || e.header("s").Sensitive {
@@ -113,7 +114,7 @@ func TestCancelDuringTool(t *testing.T) {
 	}
 	failed := expect[*machine.EntryOut](t, c).Entry
 	note := expect[*machine.EntryOut](t, c).Entry
-	if mdString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultCancelled || mdString(failed, "call_id") != mdString(started, "call_id") ||
+	if machinetest.MetaString(failed, "status") != engine.ToolFailed || failed.Content != engine.ResultCancelled || machinetest.MetaString(failed, "call_id") != machinetest.MetaString(started, "call_id") ||
 		note.Role != engine.RoleSystem || note.Metadata["cancelled"] != true {
 		t.Fatalf("cancel logged %+v / %+v", failed, note)
 	}

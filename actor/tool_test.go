@@ -11,6 +11,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal"
 )
@@ -28,7 +29,7 @@ func sendToTool(t *testing.T, h *Handle, c *recConn, g *gate, id, text string) w
 	expect[*machine.AckOut](t, c)
 	expect[*machine.EntryOut](t, c)
 	started := expect[*machine.EntryOut](t, c).Entry
-	if started.Role != engine.RoleTool || mdString(started, "status") != engine.ToolStarted {
+	if started.Role != engine.RoleTool || machinetest.MetaString(started, "status") != engine.ToolStarted {
 		t.Fatalf("started entry = %+v", started)
 	}
 	actortest.Recv(t, "the tool run", g.started)
@@ -48,7 +49,7 @@ func TestCompleteDuringTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := expect[*machine.EntryOut](t, c).Entry
-	if failed.Seq != 3 || mdString(failed, "status") != engine.ToolFailed || mdString(failed, "call_id") != mdString(started, "call_id") ||
+	if failed.Seq != 3 || machinetest.MetaString(failed, "status") != engine.ToolFailed || machinetest.MetaString(failed, "call_id") != machinetest.MetaString(started, "call_id") ||
 		!strings.Contains(failed.Content, "completed") {
 		t.Fatalf("outcome of the call = %+v", failed)
 	}
@@ -78,7 +79,7 @@ func TestDisconnectMidTool(t *testing.T) {
 	e.waitStatus("s", wal.StatusInterrupted)
 
 	p := e.snapshot("s", "alice").Pending
-	if p == nil || p.CallID != mdString(started, "call_id") || p.Name != "search" || p.Status != engine.ToolStarted || p.StartedSeq != 2 {
+	if p == nil || p.CallID != machinetest.MetaString(started, "call_id") || p.Name != "search" || p.Status != engine.ToolStarted || p.StartedSeq != 2 {
 		t.Fatalf("pending call during the run: %+v", p)
 	}
 	eng.g.progress <- "1 of 3 sources"
@@ -98,7 +99,7 @@ func TestDisconnectMidTool(t *testing.T) {
 		t.Fatalf("replay %v, want 3..4", seqsOf(b.Messages))
 	}
 	tool, reply := b.Messages[0], b.Messages[1]
-	if mdString(tool, "status") != engine.ToolCompleted || mdString(tool, "call_id") != p.CallID || mdString(tool, "result") != "found 3" {
+	if machinetest.MetaString(tool, "status") != engine.ToolCompleted || machinetest.MetaString(tool, "call_id") != p.CallID || machinetest.MetaString(tool, "result") != "found 3" {
 		t.Fatalf("replayed tool entry %+v", tool)
 	}
 	if reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, "best laptop") || !strings.Contains(reply.Content, "found 3") {
@@ -140,9 +141,9 @@ func TestRegistryDemoDetachDuringTool(t *testing.T) {
 		t.Fatalf("resume: %+v, replay %v", so, seqsOf(b.Messages))
 	}
 	started, done, reply := b.Messages[0], b.Messages[1], b.Messages[2]
-	if mdString(started, "status") != engine.ToolStarted || mdString(started, "name") != "search" ||
-		mdString(done, "status") != engine.ToolCompleted || mdString(done, "call_id") != mdString(started, "call_id") ||
-		reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, done.Content) || asUint(reply.Metadata["reply_to"]) != 1 {
+	if machinetest.MetaString(started, "status") != engine.ToolStarted || machinetest.MetaString(started, "name") != "search" ||
+		machinetest.MetaString(done, "status") != engine.ToolCompleted || machinetest.MetaString(done, "call_id") != machinetest.MetaString(started, "call_id") ||
+		reply.Role != engine.RoleAgent || !strings.Contains(reply.Content, done.Content) || machinetest.Uint(reply.Metadata["reply_to"]) != 1 {
 		t.Fatalf("replayed turn %s", dumpOuts(entryOuts(b.Messages)))
 	}
 	if n := eng.g.runs.Load(); n != 1 {

@@ -83,36 +83,6 @@ const (
 	testReauth = 5 * time.Minute
 )
 
-func mdString(e record.Entry, key string) string {
-	s, _ := e.Metadata[key].(string)
-	return s
-}
-
-// asUint reads an integer the way msgpack may have decoded it.
-func asUint(v any) uint64 {
-	switch v := v.(type) {
-	case uint64:
-		return v
-	case uint32:
-		return uint64(v)
-	case uint16:
-		return uint64(v)
-	case uint8:
-		return uint64(v)
-	case int64:
-		return uint64(v)
-	case int32:
-		return uint64(v)
-	case int16:
-		return uint64(v)
-	case int8:
-		return uint64(v)
-	case int:
-		return uint64(v)
-	}
-	return 0
-}
-
 func dumpOuts(os []Out) string {
 	s := "["
 	for i, o := range os {

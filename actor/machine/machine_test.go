@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal/record"
 )
@@ -325,7 +326,7 @@ func TestSessionTick(t *testing.T) {
 		durable(s, t1, Detach{Conn: c})
 		effs := durable(s, s.Header().ExpiresAt, Tick{})
 		ap := one[Append](t, effs)
-		if len(ap.Batch.Entries) != 1 || mdString(ap.Batch.Entries[0], "status") != engine.ToolFailed ||
+		if len(ap.Batch.Entries) != 1 || machinetest.MetaString(ap.Batch.Entries[0], "status") != engine.ToolFailed ||
 			ap.Batch.Entries[0].Content != "cancelled: session expired" {
 			t.Fatalf("expiry appended %+v, want the call logged failed", ap.Batch.Entries)
 		}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal/record"
 )
@@ -33,7 +34,7 @@ func TestSessionCancelStreamed(t *testing.T) {
 	}
 	es := appendedEntries(effs)
 	if len(es) != 1 || es[0].Role != engine.RoleAgent || es[0].Content != "more " || es[0].Seq != 4 ||
-		es[0].Metadata["cancelled"] != true || asUint(es[0].Metadata["reply_to"]) != 1 {
+		es[0].Metadata["cancelled"] != true || machinetest.Uint(es[0].Metadata["reply_to"]) != 1 {
 		t.Fatalf("cancel logged %+v", es)
 	}
 	// The queued turn runs next; the old step's late words change nothing.
@@ -57,7 +58,7 @@ func TestSessionCancelNothingShown(t *testing.T) {
 	effs := durable(s, t0, Cancel{Conn: c, ReplyTo: 1})
 	es := appendedEntries(effs)
 	if len(es) != 1 || es[0].Role != engine.RoleSystem || es[0].Content != engine.ResultCancelled ||
-		es[0].Metadata["cancelled"] != true || asUint(es[0].Metadata["reply_to"]) != 1 {
+		es[0].Metadata["cancelled"] != true || machinetest.Uint(es[0].Metadata["reply_to"]) != 1 {
 		t.Fatalf("cancel logged %+v", es)
 	}
 	if s.busy || len(s.st.Turns) != 0 || !s.Idle() {
@@ -97,7 +98,7 @@ func TestSessionCancelQueued(t *testing.T) {
 	step := s.step
 	effs := durable(s, t0, Cancel{Conn: c, ReplyTo: 2})
 	es := appendedEntries(effs)
-	if len(es) != 1 || es[0].Role != engine.RoleSystem || asUint(es[0].Metadata["reply_to"]) != 2 || len(only[CancelTurn](effs)) != 0 {
+	if len(es) != 1 || es[0].Role != engine.RoleSystem || machinetest.Uint(es[0].Metadata["reply_to"]) != 2 || len(only[CancelTurn](effs)) != 0 {
 		t.Fatalf("cancel of a queued turn: %+v %v", es, effTypes(effs))
 	}
 	if s.step != step || len(s.st.Turns) != 1 || s.st.Turns[0] != 1 {

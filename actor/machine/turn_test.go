@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/actor/machine/machinetest"
 
 	"github.com/tether-dev/tether/wal/record"
 )
@@ -93,8 +94,8 @@ func TestSessionToolCall(t *testing.T) {
 	effs = durable(s, t0, ToolDone{CallID: "call-2", Result: "3 results"})
 	wantTypes(t, "tool done", effs, Append{}, Deliver{}, RunStep{})
 	e = appendedEntry(t, effs)
-	if e.Seq != 3 || e.Content != "3 results" || mdString(e, "status") != engine.ToolCompleted || mdString(e, "result") != "3 results" ||
-		mdString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{2, 3}) {
+	if e.Seq != 3 || e.Content != "3 results" || machinetest.MetaString(e, "status") != engine.ToolCompleted || machinetest.MetaString(e, "result") != "3 results" ||
+		machinetest.MetaString(e, "call_id") != "call-2" || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{2, 3}) {
 		t.Fatalf("completed entry = %+v, state %+v", e, s.st)
 	}
 	if effs := s.Step(t0, ToolDone{CallID: "call-2", Result: "again"}); len(effs) != 0 {
@@ -111,7 +112,7 @@ func TestSessionToolFailedAndSensitive(t *testing.T) {
 	durable(s, t0, Send{Conn: c, ID: "m1", Content: "q"})
 	durable(s, t0, StepDone{Step: s.step, UserSeq: 1, Action: engine.Action{Call: &engine.Call{Name: "search"}}})
 	e := appendedEntry(t, durable(s, t0, ToolDone{CallID: "call-2", Err: errors.New("boom")}))
-	if mdString(e, "status") != engine.ToolFailed || e.Content != "boom" || mdString(e, "result") != "boom" {
+	if machinetest.MetaString(e, "status") != engine.ToolFailed || e.Content != "boom" || machinetest.MetaString(e, "result") != "boom" {
 		t.Fatalf("failed entry = %+v", e)
 	}
 
@@ -224,7 +225,7 @@ func TestSessionComplete(t *testing.T) {
 		// The abandoned call's entry reaches the client before completed.
 		wantTypes(t, "complete", effs, CancelTurn{}, Append{}, Deliver{}, Deliver{}, CloseConn{}, Ended{}, Stop{})
 		e := appendedEntry(t, effs)
-		if e.Seq != 4 || e.Role != engine.RoleTool || mdString(e, "status") != engine.ToolFailed || mdString(e, "call_id") != "call-3" ||
+		if e.Seq != 4 || e.Role != engine.RoleTool || machinetest.MetaString(e, "status") != engine.ToolFailed || machinetest.MetaString(e, "call_id") != "call-3" ||
 			e.Content != "cancelled: session completed" {
 			t.Fatalf("abandoned call entry = %+v", e)
 		}
@@ -249,8 +250,8 @@ func TestSessionStartAfterCrash(t *testing.T) {
 		effs := durable(s, t0, Start{})
 		wantTypes(t, "start", effs, Append{}, RunStep{})
 		e := appendedEntry(t, effs)
-		if e.Seq != 3 || e.Role != engine.RoleTool || e.Content != engine.ResultInterrupted || mdString(e, "status") != engine.ToolFailed ||
-			mdString(e, "call_id") != "call-2" || e.Metadata["reply_to"] != uint64(1) {
+		if e.Seq != 3 || e.Role != engine.RoleTool || e.Content != engine.ResultInterrupted || machinetest.MetaString(e, "status") != engine.ToolFailed ||
+			machinetest.MetaString(e, "call_id") != "call-2" || e.Metadata["reply_to"] != uint64(1) {
 			t.Fatalf("failed entry = %+v", e)
 		}
 		if st := effs[1].(RunStep); st.UserSeq != 1 || s.st.Pending != nil || !slices.Equal(s.st.Steps, []uint64{3}) {
@@ -273,7 +274,7 @@ func TestSessionStartAfterCrash(t *testing.T) {
 		s := machine(pendingHeader(), pendingState("isearch", 1), pendingEntries("isearch")...)
 		effs := durable(s, t0, Start{})
 		wantTypes(t, "start", effs, Append{}, RunStep{})
-		if e := appendedEntry(t, effs); mdString(e, "status") != engine.ToolFailed || e.Content != engine.ResultInterrupted {
+		if e := appendedEntry(t, effs); machinetest.MetaString(e, "status") != engine.ToolFailed || e.Content != engine.ResultInterrupted {
 			t.Fatalf("entry = %+v", e)
 		}
 	})
@@ -344,7 +345,7 @@ func TestSessionRecoverAt(t *testing.T) {
 				t.Fatalf("status %s", s.hdr.Status)
 			}
 			// The call in flight gets an outcome.
-			if len(ap.Batch.Entries) != 1 || mdString(ap.Batch.Entries[0], "status") != engine.ToolFailed {
+			if len(ap.Batch.Entries) != 1 || machinetest.MetaString(ap.Batch.Entries[0], "status") != engine.ToolFailed {
 				t.Fatalf("entries %+v", ap.Batch.Entries)
 			}
 			if len(only[Ended](durable(s, boot, Appended{ID: ap.ID}))) != 1 {
