@@ -241,17 +241,16 @@ func (a *actor) run(effs []machine.Effect) {
 func (a *actor) appendAsync(e machine.Append) {
 	e.Batch.Epoch = a.epoch
 	id := e.ID
+	// Every append is answered by one Appended, from the journal or, when
+	// it was not even queued (shutting down), from here: nothing of it is
+	// durable, so nothing after it may be shown.
+	a.inflight++
 	err := a.reg.cfg.Journal.AppendAsync(a.reg.ctx, e.Batch, func(err error) {
 		a.post(machine.Appended{ID: id, Err: err})
 	})
 	if err != nil {
-		// Not queued (shutting down): nothing of it is durable, so
-		// nothing after it may be shown.
-		a.inflight++ // answered by the Appended below, as if queued
 		a.postFront(machine.Appended{ID: id, Err: err})
-		return
 	}
-	a.inflight++
 }
 
 func (a *actor) lookupSend(send machine.Send) {

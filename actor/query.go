@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/wal"
 )
 
 // snapshotActive reads the snapshot of sid from its actor, if one is in
@@ -45,8 +46,7 @@ func (r *Registry) snapshotActive(ctx context.Context, sid string) (snap Snapsho
 	if err != nil {
 		return Snapshot{}, false, err
 	}
-	return Snapshot{Header: v.Header, Context: v.Context, AgentContext: v.AgentContext, Pending: v.Pending,
-		Messages: fitBytes(msgs, r.cfg.MaxBatchBytes)}, true, nil
+	return r.snapshotOf(v, msgs), true, nil
 }
 
 // snapshotStored reads the snapshot of a passive session from the log.
@@ -62,7 +62,12 @@ func (r *Registry) snapshotStored(sid string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Header: v.Header, Context: v.Context, AgentContext: v.AgentContext, Pending: v.Pending,
+	return r.snapshotOf(v, msgs), nil
+}
+
+// snapshotOf is what v shows, with its newest messages that fit in
+// MaxBatchBytes.
+func (r *Registry) snapshotOf(v machine.View, msgs []wal.Entry) Snapshot {
+	return Snapshot{Header: v.Header, Context: v.Context, AgentContext: v.AgentContext, Pending: v.Pending,
 		Messages: fitBytes(msgs, r.cfg.MaxBatchBytes)}
-	return snap, nil
 }

@@ -77,17 +77,7 @@ func TestShipUnderNeedsOwnershipThroughout(t *testing.T) {
 // configuration overtakes is fenced as before.
 func TestFenceRefusedWhenOvertaken(t *testing.T) {
 	c := withHistory("c", map[uint64][]string{10: {"a", "b", "c"}, 11: {"b", "c"}, 12: {"a", "b", "c"}})
-	f := c.cons.fsm
-	sid := ""
-	for i := 0; i < 10000 && sid == ""; i++ {
-		s := fmt.Sprintf("s%d", i)
-		if f.placement(f.history[0]).Owner(s) == "a" && f.placement(f.history[2]).Owner(s) == "a" {
-			sid = s
-		}
-	}
-	if sid == "" {
-		t.Fatal("no session a owns under 10 and 12")
-	}
+	sid := ownedFirstAndLast(t, c, "a")
 	for _, tc := range []struct {
 		name  string
 		under uint64
@@ -104,6 +94,22 @@ func TestFenceRefusedWhenOvertaken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownedFirstAndLast finds a session that the first and the last of c's
+// configurations both give to owner.
+func ownedFirstAndLast(t *testing.T, c *Cluster, owner string) string {
+	t.Helper()
+	f := c.cons.fsm
+	first, last := f.history[0], f.history[len(f.history)-1]
+	for i := range 10000 {
+		s := fmt.Sprintf("s%d", i)
+		if f.placement(first).Owner(s) == owner && f.placement(last).Owner(s) == owner {
+			return s
+		}
+	}
+	t.Fatalf("no session %s owns under configurations %d and %d", owner, first.Number, last.Number)
+	return ""
 }
 
 // withHistory is a Cluster of node self whose FSM holds the given
@@ -126,17 +132,7 @@ func withHistory(self string, cfgs map[uint64][]string) *Cluster {
 // stale memory, so its refusal is retried instead.
 func TestResumeRefusalNeedsAProvenClaim(t *testing.T) {
 	c := withHistory("a", map[uint64][]string{10: {"a", "b", "c"}, 11: {"b", "c"}, 12: {"a", "b", "c"}})
-	f := c.cons.fsm
-	sid := ""
-	for i := 0; i < 10000 && sid == ""; i++ {
-		s := fmt.Sprintf("s%d", i)
-		if f.placement(f.history[0]).Owner(s) == "a" && f.placement(f.history[2]).Owner(s) == "a" {
-			sid = s
-		}
-	}
-	if sid == "" {
-		t.Fatal("no session a owns under 10 and 12")
-	}
+	sid := ownedFirstAndLast(t, c, "a")
 	for _, tc := range []struct {
 		name  string
 		epoch uint64
