@@ -16,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // liveSession makes a session with two entries and returns it interrupted.
@@ -63,8 +64,8 @@ func errorThenClose(t *testing.T, what string, frames []map[string]any, code str
 
 func TestBadFirstFrame(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{HelloTimeout: 300 * time.Millisecond, MaxFrame: 1024}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{HelloTimeout: 300 * time.Millisecond, MaxFrame: 1024}})
+	tok := nodetest.Token(t, "alice")
 	sid := liveSession(t, n, tok)
 	cases := []struct {
 		name  string
@@ -106,7 +107,7 @@ func TestBadFirstFrame(t *testing.T) {
 // get the 1008 close frame, not a dropped TCP connection.
 func TestHelloTimeoutCloseFrame(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{HelloTimeout: 100 * time.Millisecond}})
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{HelloTimeout: 100 * time.Millisecond}})
 	const clients = 30
 	cs := make([]*wsc, clients)
 	for i := range cs {
@@ -135,15 +136,15 @@ func TestHelloTimeoutCloseFrame(t *testing.T) {
 
 func TestBadTokens(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	sid := liveSession(t, n, tok)
 	now := time.Now()
 	hs := func(claims jwt.MapClaims) string { return signed(t, jwt.SigningMethodHS256, testSecret, claims) }
 	cases := map[string]string{
 		"empty":         "",
 		"garbage":       "not.a.token",
-		"expired":       expiredToken(t, "alice"),
+		"expired":       nodetest.ExpiredToken(t, "alice"),
 		"wrong secret":  mustIssue(t, []byte("wrong-secret"), "alice"),
 		"alg none":      signed(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "alice", "exp": now.Add(time.Hour).Unix()}),
 		"HS512":         signed(t, jwt.SigningMethodHS512, testSecret, jwt.MapClaims{"sub": "alice", "exp": now.Add(time.Hour).Unix()}),
@@ -188,8 +189,8 @@ func TestBadTokens(t *testing.T) {
 
 func TestBadFramesAfterHello(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{MaxFrame: 1024}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{MaxFrame: 1024}})
+	tok := nodetest.Token(t, "alice")
 	sid := liveSession(t, n, tok)
 	cases := []struct {
 		name  string
@@ -242,8 +243,8 @@ func TestBadFramesAfterHello(t *testing.T) {
 
 func TestBadSends(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "first")
@@ -298,8 +299,8 @@ func TestBadSends(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{Rate: 5}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{Rate: 5}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	const sends = 30
@@ -382,9 +383,9 @@ func TestRateLimit(t *testing.T) {
 
 func TestDefaultRateBurst(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{MaxTurns: 1000}})
+	n := startNode(t, nodetest.Options{Actor: actor.Config{MaxTurns: 1000}})
 	c := dial(t, n.URL)
-	checkSession(t, c.hello(token(t, "alice"), "", 0), false, "new", 0, 300)
+	checkSession(t, c.hello(nodetest.Token(t, "alice"), "", 0), false, "new", 0, 300)
 	// The default is 50/s with bursts of 100: the first 100 sent at once
 	// all pass, and of 150 some are refused.
 	const sends = 150
@@ -417,8 +418,8 @@ func TestSlowReader(t *testing.T) {
 	// Small socket buffers on both ends: the server feels the client that
 	// does not read after some 100 kB instead of megabytes (and the echo
 	// turns queued behind the sends stay few).
-	n := startNode(t, nodeOpts{gateway: gateway.Config{MaxQueueBytes: 256 << 10, NoRateLimit: true}, sndbuf: 64 << 10})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{MaxQueueBytes: 256 << 10, NoRateLimit: true}, SendBuffer: 64 << 10})
+	tok := nodetest.Token(t, "alice")
 	c := dialSmall(t, n.URL, 16<<10)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 
@@ -533,8 +534,8 @@ func TestSlowReader(t *testing.T) {
 // takes sends afterwards.
 func TestTooBigFrameDirect(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{MaxFrame: 4096}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{MaxFrame: 4096}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	big := `{"type":"send","id":"big","content":"` + strings.Repeat("z", 1<<20) + `"}`

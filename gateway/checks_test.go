@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // TestHelloDeadlineAbsolute: a connection that keeps the line busy with
@@ -25,7 +26,7 @@ import (
 func TestHelloDeadlineAbsolute(t *testing.T) {
 	t.Parallel()
 	const helloTimeout = time.Second
-	n := startNode(t, nodeOpts{gateway: gateway.Config{HelloTimeout: helloTimeout, PingInterval: 50 * time.Millisecond, PongWait: time.Minute}})
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{HelloTimeout: helloTimeout, PingInterval: 50 * time.Millisecond, PongWait: time.Minute}})
 	c := dial(t, n.URL)
 	start := time.Now()
 	stop := make(chan struct{})
@@ -68,8 +69,8 @@ func TestHelloDeadlineAbsolute(t *testing.T) {
 // session untouched); a stranger still gets 404 whatever their login.
 func TestSnapshotSensitive(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	fresh := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	fresh := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(fresh, "", 0), false, "new", 0, 300)
 	c.chat("r", "receipt #4411, 129.90 EUR")
@@ -80,9 +81,9 @@ func TestSnapshotSensitive(t *testing.T) {
 
 	url := n.HTTP + "/v1/sessions/" + sid
 	for name, tok := range map[string]string{
-		"no auth_time":      tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: -1}),
-		"auth_time 10m ago": tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: 10 * time.Minute}),
-		"auth_time 6m ago":  tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: 6 * time.Minute}),
+		"no auth_time":      nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: -1}),
+		"auth_time 10m ago": nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: 10 * time.Minute}),
+		"auth_time 6m ago":  nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: 6 * time.Minute}),
 	} {
 		code, _, body := do(t, "GET", url, "Bearer "+tok, nil)
 		var e map[string]any
@@ -98,8 +99,8 @@ func TestSnapshotSensitive(t *testing.T) {
 	}
 	// Strangers: 404, fresh login or not.
 	for name, tok := range map[string]string{
-		"bob fresh": token(t, "bob"),
-		"bob stale": tokenSpec(t, gateway.TokenSpec{User: "bob", AuthAge: time.Hour}),
+		"bob fresh": nodetest.Token(t, "bob"),
+		"bob stale": nodetest.Issue(t, gateway.TokenSpec{User: "bob", AuthAge: time.Hour}),
 	} {
 		if code := getJSON(t, url, tok, nil); code != http.StatusNotFound {
 			t.Fatalf("%s: HTTP %d, want 404", name, code)
@@ -107,7 +108,7 @@ func TestSnapshotSensitive(t *testing.T) {
 	}
 	// A fresh login (within the 5m default) sees it; nothing changed.
 	for _, age := range []time.Duration{0, 4 * time.Minute} {
-		s := n.snapshot(t, tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: age}), sid)
+		s := n.snapshot(t, nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: age}), sid)
 		if !s.Sensitive || s.Context["card"] != "4111…1111" || len(s.Messages) != 2 {
 			t.Fatalf("fresh snapshot (auth %v ago): %+v", age, s)
 		}
@@ -123,8 +124,8 @@ func TestSnapshotSensitive(t *testing.T) {
 // it is accepted.
 func TestAuthTimeInFuture(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	owner := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	owner := nodetest.Token(t, "alice")
 	sid := liveSession(t, n, owner)
 	now := time.Now()
 	withAuth := func(at time.Time) string {

@@ -7,7 +7,9 @@
 //
 // Reading it top-down: server.go (the Server, its Config, the Backend),
 // http.go (the HTTP routes), conn.go (one connection: its queue and its
-// writer), read.go (the reader goroutine and frame decoding), hello.go
+// writer), read.go (the reader goroutine), decode.go (a frame's bytes to
+// a wire.ClientFrame: one table of each type's own fields, a fast pass
+// for valid frames and a slower one that says what is wrong), hello.go
 // (the first frame: resume or create), dispatch.go (every frame after
 // it), wire.go (what the actor says, as frames).
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // bigEntry is the content of one send in the flood tests: just under
@@ -122,14 +123,14 @@ func (s *heapSampler) finish() uint64 {
 // it reads again, and keep the session intact. Not parallel: the heap it
 // measures is the whole test binary's.
 func TestHistoryFloodBounded(t *testing.T) {
-	n := startNode(t, nodeOpts{
+	n := startNode(t, nodetest.Options{
 		// No rate limit: the budget alone must bound the flood. A long
 		// write timeout: the writer stuck on the non-reading client must
 		// still be there, with the close frame queued, when it reads.
-		gateway: gateway.Config{NoRateLimit: true, WriteTimeout: 2 * time.Minute},
-		actor:   actor.Config{MaxTurns: 1000},
+		Gateway: gateway.Config{NoRateLimit: true, WriteTimeout: 2 * time.Minute},
+		Actor:   actor.Config{MaxTurns: 1000},
 	})
-	tok := token(t, "alice")
+	tok := nodetest.Token(t, "alice")
 	filler := dial(t, n.URL)
 	sid, last := fillBig(t, filler, tok, 120)
 
@@ -229,8 +230,8 @@ func TestHistoryFloodBounded(t *testing.T) {
 // limit. Refused frames do nothing.
 func TestFramesCountAgainstRate(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{Rate: 5}}) // bursts of 10
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{Rate: 5}}) // bursts of 10
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 

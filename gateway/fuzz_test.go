@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -168,8 +169,8 @@ func mutateJSON(r *rand.Rand, b []byte) []byte {
 // serving other clients.
 func TestRandomFrames(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{MaxFrame: 4096, NoRateLimit: true}})
-	tok := token(t, "fuzzer")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{MaxFrame: 4096, NoRateLimit: true}})
+	tok := nodetest.Token(t, "fuzzer")
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("TETHER_FUZZ_SEED"), 10, 64); err == nil {
 		seed = s
@@ -243,7 +244,7 @@ func TestRandomFrames(t *testing.T) {
 
 	// The node serves another user normally.
 	o := dial(t, n.URL)
-	checkSession(t, o.hello(token(t, "bystander"), "", 0), false, "new", 0, 300)
+	checkSession(t, o.hello(nodetest.Token(t, "bystander"), "", 0), false, "new", 0, 300)
 	o.chat("ok", "still serving")
 
 	// The fuzzed session's log is gap-free and every user entry carries

@@ -8,8 +8,6 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
@@ -17,34 +15,14 @@ import (
 // (other algorithms, odd claims).
 var testSecret = []byte(nodetest.Secret)
 
-// token, tokenSpec and expiredToken are the kit's, under the names this
-// package's tests use.
-var (
-	token        = nodetest.Token
-	tokenSpec    = nodetest.Issue
-	expiredToken = nodetest.ExpiredToken
-)
-
 // node is a real in-process node (package nodetest) with this package's
 // HTTP helpers (snapshot, waitStatus, metric; helpers_test.go).
 type node struct{ *nodetest.Node }
 
-// nodeOpts are nodetest.Options under the names this package's tests
-// were written with.
-type nodeOpts struct {
-	actor   actor.Config
-	gateway gateway.Config
-	fake    bool // nodetest.Options.ManualClock
-	sndbuf  int  // nodetest.Options.SendBuffer
-	dir     string
-}
-
 // startNode starts a node for the test (nodetest.Start).
-func startNode(t *testing.T, o nodeOpts) *node {
+func startNode(t *testing.T, o nodetest.Options) *node {
 	t.Helper()
-	return &node{nodetest.Start(t, nodetest.Options{
-		Actor: o.actor, Gateway: o.gateway, ManualClock: o.fake, SendBuffer: o.sndbuf, Dir: o.dir,
-	})}
+	return &node{nodetest.Start(t, o)}
 }
 
 // wsc is a raw protocol-level client.

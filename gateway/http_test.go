@@ -11,12 +11,13 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 func TestSnapshotEndpoint(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{ReplayLimit: 3}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{ReplayLimit: 3}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "one")
@@ -32,7 +33,7 @@ func TestSnapshotEndpoint(t *testing.T) {
 		"wrong scheme":  "Basic " + tok,
 		"wrong secret":  "Bearer " + mustIssue(t, []byte("other"), "alice"),
 		"empty bearer":  "Bearer ",
-		"expired token": "Bearer " + expiredToken(t, "alice"),
+		"expired token": "Bearer " + nodetest.ExpiredToken(t, "alice"),
 	} {
 		if code, _, _ := do(t, "GET", url, auth, nil); code != http.StatusUnauthorized {
 			t.Errorf("%s: status %d, want 401", name, code)
@@ -40,9 +41,9 @@ func TestSnapshotEndpoint(t *testing.T) {
 	}
 
 	// 404, identical, for another user's session and for an unknown id.
-	code1, _, other := do(t, "GET", url, "Bearer "+token(t, "mallory"), nil)
-	code2, _, unknown := do(t, "GET", n.HTTP+"/v1/sessions/ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "Bearer "+token(t, "mallory"), nil)
-	code3, _, long := do(t, "GET", n.HTTP+"/v1/sessions/"+strings.Repeat("A", 65), "Bearer "+token(t, "mallory"), nil)
+	code1, _, other := do(t, "GET", url, "Bearer "+nodetest.Token(t, "mallory"), nil)
+	code2, _, unknown := do(t, "GET", n.HTTP+"/v1/sessions/ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "Bearer "+nodetest.Token(t, "mallory"), nil)
+	code3, _, long := do(t, "GET", n.HTTP+"/v1/sessions/"+strings.Repeat("A", 65), "Bearer "+nodetest.Token(t, "mallory"), nil)
 	if code1 != 404 || code2 != 404 || code3 != 404 {
 		t.Fatalf("other user %d, unknown %d, long %d: want 404", code1, code2, code3)
 	}
@@ -104,14 +105,14 @@ func mustIssue(t *testing.T, secret []byte, user string) string {
 
 func TestHealthReady(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
+	n := startNode(t, nodetest.Options{})
 	if code, _, _ := do(t, "GET", n.HTTP+"/healthz", "", nil); code != 200 {
 		t.Fatalf("/healthz %d", code)
 	}
 	if code, _, _ := do(t, "GET", n.HTTP+"/readyz", "", nil); code != 200 {
 		t.Fatalf("/readyz %d", code)
 	}
-	nr := startNode(t, nodeOpts{gateway: gateway.Config{Ready: func() error { return errors.New("cluster not joined") }}})
+	nr := startNode(t, nodetest.Options{Gateway: gateway.Config{Ready: func() error { return errors.New("cluster not joined") }}})
 	if code, _, _ := do(t, "GET", nr.HTTP+"/readyz", "", nil); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz when not ready: %d, want 503", code)
 	}
@@ -122,7 +123,7 @@ func TestHealthReady(t *testing.T) {
 
 func TestDemoPage(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
+	n := startNode(t, nodetest.Options{})
 	code, hdr, body := do(t, "GET", n.HTTP+"/", "", nil)
 	if code != 200 {
 		t.Fatalf("GET /: %d", code)
@@ -135,8 +136,8 @@ func TestDemoPage(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "x")
@@ -178,11 +179,11 @@ func TestMetrics(t *testing.T) {
 
 func TestDevToken(t *testing.T) {
 	t.Parallel()
-	off := startNode(t, nodeOpts{})
+	off := startNode(t, nodetest.Options{})
 	if code, _, _ := do(t, "POST", off.HTTP+"/dev/token", "", strings.NewReader(`{"user":"alice"}`)); code != 404 {
 		t.Fatalf("/dev/token without DevTokens: %d, want 404", code)
 	}
-	on := startNode(t, nodeOpts{gateway: gateway.Config{DevTokens: true}})
+	on := startNode(t, nodetest.Options{Gateway: gateway.Config{DevTokens: true}})
 	code, _, body := do(t, "POST", on.HTTP+"/dev/token", "", strings.NewReader(`{"user":"alice"}`))
 	if code != 200 {
 		t.Fatalf("/dev/token: %d %s", code, body)
@@ -200,7 +201,7 @@ func TestDevToken(t *testing.T) {
 		t.Fatalf("snapshot with a dev token: %+v", s)
 	}
 	// The dev token is for alice: alice's own token sees the session too.
-	if s := on.snapshot(t, token(t, "alice"), sid); s.SessionID != sid {
+	if s := on.snapshot(t, nodetest.Token(t, "alice"), sid); s.SessionID != sid {
 		t.Fatal("the dev token is not alice's")
 	}
 	if code, _, _ := do(t, "POST", on.HTTP+"/dev/token", "", strings.NewReader(`{"user":""}`)); code != 400 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // closedByServer reads from nc until the server ends the connection and
@@ -36,7 +37,7 @@ func closedByServer(t *testing.T, nc net.Conn) (time.Duration, string) {
 func TestHTTPTimeouts(t *testing.T) {
 	t.Parallel()
 	const idle, header = 500 * time.Millisecond, 700 * time.Millisecond
-	n := startNode(t, nodeOpts{gateway: gateway.Config{IdleTimeout: idle, HeaderTimeout: header}})
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{IdleTimeout: idle, HeaderTimeout: header}})
 	addr := strings.TrimPrefix(n.HTTP, "http://")
 
 	t.Run("idle keep-alive", func(t *testing.T) {

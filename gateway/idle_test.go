@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // clientFrame builds a masked client text frame (mask of zero bytes).
@@ -28,9 +29,9 @@ func clientFrame(payload string) []byte {
 // buffered.
 func TestFramesInOneSegment(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
+	n := startNode(t, nodetest.Options{})
 	c := dial(t, n.URL)
-	checkSession(t, c.hello(token(t, "alice"), "", 0), false, "new", 0, 300)
+	checkSession(t, c.hello(nodetest.Token(t, "alice"), "", 0), false, "new", 0, 300)
 	raw := c.ws.UnderlyingConn()
 	var burst []byte
 	for i := range 3 {
@@ -87,8 +88,8 @@ func TestFramesInOneSegment(t *testing.T) {
 // connection is idle; BenchmarkSessionMemory in bench/ measures it.) Not
 // parallel: it counts the test binary's goroutines.
 func TestIdleReadersWaitOnASmallStack(t *testing.T) {
-	n := startNode(t, nodeOpts{gateway: gateway.Config{PingInterval: 20 * time.Millisecond, PongWait: time.Minute}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{PingInterval: 20 * time.Millisecond, PongWait: time.Minute}})
+	tok := nodetest.Token(t, "alice")
 	const conns = 3
 	var pongs atomic.Int32
 	for i := range conns {

@@ -13,6 +13,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // TestKeepalive: a peer that answers pings stays attached past PongWait; a
@@ -20,8 +21,8 @@ import (
 // becomes interrupted.
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{PingInterval: 40 * time.Millisecond, PongWait: 400 * time.Millisecond}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{PingInterval: 40 * time.Millisecond, PongWait: 400 * time.Millisecond}})
+	tok := nodetest.Token(t, "alice")
 
 	live := dial(t, n.URL)
 	sid := checkSession(t, live.hello(tok, "", 0), false, "new", 0, 300)
@@ -59,12 +60,12 @@ func TestKeepalive(t *testing.T) {
 // own gap-free session.
 func TestConcurrentClients(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
+	n := startNode(t, nodetest.Options{})
 	t.Run("group", func(t *testing.T) {
 		for i := range 20 {
 			t.Run(fmt.Sprint(i), func(t *testing.T) {
 				t.Parallel()
-				tok := token(t, fmt.Sprintf("user-%d", i%5))
+				tok := nodetest.Token(t, fmt.Sprintf("user-%d", i%5))
 				c := dial(t, n.URL)
 				sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 				for j := range 10 {
@@ -87,8 +88,8 @@ func TestConcurrentClients(t *testing.T) {
 // TestUserFromToken: the user is the token's sub, whatever the frame says.
 func TestUserFromToken(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	alice := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	alice := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	c.send(map[string]any{"type": "hello", "token": alice, "user": "mallory", "user_id": "mallory", "sub": "mallory"})
 	sid := checkSession(t, c.readType("session"), false, "new", 0, 300)
@@ -96,7 +97,7 @@ func TestUserFromToken(t *testing.T) {
 	if s := n.snapshot(t, alice, sid); s.SessionID != sid {
 		t.Fatal("alice cannot read her session")
 	}
-	if code := getJSON(t, n.HTTP+"/v1/sessions/"+sid, token(t, "mallory"), nil); code != 404 {
+	if code := getJSON(t, n.HTTP+"/v1/sessions/"+sid, nodetest.Token(t, "mallory"), nil); code != 404 {
 		t.Fatalf("mallory reads a session made with alice's token: %d", code)
 	}
 }
@@ -105,14 +106,14 @@ func TestUserFromToken(t *testing.T) {
 // leaves its current connection alone.
 func TestReauthDoesNotSupersede(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.send(map[string]any{"type": "context", "set": map[string]any{"sensitive": true}})
 	c.readType("context")
 	stale := dial(t, n.URL)
-	stale.send(map[string]any{"type": "hello", "token": tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: -1}), "session_id": sid})
+	stale.send(map[string]any{"type": "hello", "token": nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: -1}), "session_id": sid})
 	stale.expectClose(4003)
 	if c.chat("a", "still attached") != 1 {
 		t.Fatal("want seq 1")
@@ -127,8 +128,8 @@ func TestReauthDoesNotSupersede(t *testing.T) {
 // and must leave the session as it was.
 func TestLastSeqBeyondLog(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	sid := liveSession(t, n, tok)
 	before := n.snapshot(t, tok, sid)
 	c := dial(t, n.URL)
@@ -161,8 +162,8 @@ func TestLastSeqBeyondLog(t *testing.T) {
 func TestCompleteDuringTool(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 300 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.sendMsg("q", "search something")
@@ -205,8 +206,8 @@ func TestCompleteDuringTool(t *testing.T) {
 // the log with everything: entries, context, send ids.
 func TestPassivatedResume(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{IdleTimeout: 30 * time.Millisecond}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{IdleTimeout: 30 * time.Millisecond}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "one")
@@ -239,8 +240,8 @@ func TestPassivatedResume(t *testing.T) {
 // that was connected when it stopped resumes, with its whole log.
 func TestRestartResume(t *testing.T) {
 	t.Parallel()
-	n1 := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n1 := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n1.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	for i := range 3 {
@@ -265,7 +266,7 @@ func TestRestartResume(t *testing.T) {
 		t.Fatalf("stopping node closed the client with %d, want 1012", code)
 	}
 
-	n2 := startNode(t, nodeOpts{dir: n1.Dir})
+	n2 := startNode(t, nodetest.Options{Dir: n1.Dir})
 	if st := n2.snapshot(t, tok, sid).Status; st != "interrupted" {
 		t.Fatalf("after restart the session is %s, want interrupted", st)
 	}
@@ -286,8 +287,8 @@ func TestRestartResume(t *testing.T) {
 func TestResumeMidTurn(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 300 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo}})
+	tok := nodetest.Token(t, "alice")
 	old := dial(t, n.URL)
 	sid := checkSession(t, old.hello(tok, "", 0), false, "new", 0, 300)
 	old.sendMsg("q", "phones")

@@ -16,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // TestContextLimit: a context frame that would grow the session's context
@@ -23,8 +24,8 @@ import (
 // connection stays open and smaller changes go on working.
 func TestContextLimit(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{MaxContextBytes: 1024}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{MaxContextBytes: 1024}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	half := strings.Repeat("h", 500)
@@ -82,8 +83,8 @@ func manyKeys(k int) map[string]any {
 func TestTurnQueueCapped(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 3 * time.Second})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo, MaxTurns: 2}, gateway: gateway.Config{NoRateLimit: true}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo, MaxTurns: 2}, Gateway: gateway.Config{NoRateLimit: true}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	const sends = 6
@@ -139,8 +140,8 @@ func TestTurnQueueCapped(t *testing.T) {
 // users are not affected, and a completed session frees its place.
 func TestSessionsPerUser(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{MaxSessionsPerUser: 2}})
-	alice := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{MaxSessionsPerUser: 2}})
+	alice := nodetest.Token(t, "alice")
 	var sids []string
 	for range 2 {
 		sids = append(sids, liveSession(t, n, alice))
@@ -167,7 +168,7 @@ func TestSessionsPerUser(t *testing.T) {
 	}
 	// Bob is not alice.
 	b := dial(t, n.URL)
-	checkSession(t, b.hello(token(t, "bob"), "", 0), false, "new", 0, 300)
+	checkSession(t, b.hello(nodetest.Token(t, "bob"), "", 0), false, "new", 0, 300)
 	// Completing one frees a place.
 	conns[0].send(map[string]any{"type": "complete"})
 	conns[0].readType("completed")
@@ -206,9 +207,9 @@ func walBytes(t *testing.T, dir string) int64 {
 func TestAppendDoesNotRewriteContext(t *testing.T) {
 	t.Parallel()
 	perSend := func(contextBytes int) int64 {
-		n := startNode(t, nodeOpts{gateway: gateway.Config{NoRateLimit: true}})
+		n := startNode(t, nodetest.Options{Gateway: gateway.Config{NoRateLimit: true}})
 		c := dial(t, n.URL)
-		c.hello(token(t, "alice"), "", 0)
+		c.hello(nodetest.Token(t, "alice"), "", 0)
 		if contextBytes > 0 {
 			c.send(map[string]any{"type": "context", "set": map[string]any{"blob": strings.Repeat("z", contextBytes)}})
 			c.readType("context")

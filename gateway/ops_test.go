@@ -20,6 +20,7 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // TestConnectionMetrics: /metrics counts every upgraded connection and
@@ -27,8 +28,8 @@ import (
 // answered with its code; 1006 is only for a socket that just ended).
 func TestConnectionMetrics(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	metric := func(name string) float64 {
 		v, _ := n.metric(t, name)
 		return v
@@ -144,8 +145,8 @@ func TestDebugLogPerConnectionEvent(t *testing.T) {
 	var logs logBuffer
 	lg := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo, Logger: lg}, gateway: gateway.Config{Logger: lg, MaxFrame: 4096}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo, Logger: lg}, Gateway: gateway.Config{Logger: lg, MaxFrame: 4096}})
+	tok := nodetest.Token(t, "alice")
 
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
@@ -169,7 +170,7 @@ func TestDebugLogPerConnectionEvent(t *testing.T) {
 	}{
 		{"hello", map[string]any{"session": sid, "reason": "new", "level": "DEBUG"}},
 		{"tool run", map[string]any{"session": sid, "tool": "search"}},
-		{"bad frame", map[string]any{"session": sid, "err": "malformed send frame: json: cannot unmarshal number into Go struct field .id of type string"}},
+		{"bad frame", map[string]any{"session": sid, "err": `malformed send frame: "id" is number, want a string`}},
 		{"bad frame", map[string]any{"session": sid, "err": `unknown frame type "dance"`}},
 		{"bad frame", map[string]any{"session": sid, "err": "frame is not valid UTF-8 JSON: not JSON"}},
 		{"connection closed", map[string]any{"session": sid, "code": 1007}},
@@ -232,7 +233,7 @@ func TestOriginCheck(t *testing.T) {
 		return resp.StatusCode, resp.Header
 	}
 
-	def := startNode(t, nodeOpts{})
+	def := startNode(t, nodetest.Options{})
 	self := def.HTTP // the page's own origin: scheme://host:port
 	for origin, want := range map[string]int{
 		"":                       101, // not a browser
@@ -250,7 +251,7 @@ func TestOriginCheck(t *testing.T) {
 		t.Errorf("preflight from a foreign origin: %d, want 403", code)
 	}
 
-	listed := startNode(t, nodeOpts{gateway: gateway.Config{AllowedOrigins: []string{"https://app.example.io"}}})
+	listed := startNode(t, nodetest.Options{Gateway: gateway.Config{AllowedOrigins: []string{"https://app.example.io"}}})
 	for origin, want := range map[string]int{
 		"https://app.example.io": 101,
 		listed.HTTP:              101,
@@ -272,7 +273,7 @@ func TestOriginCheck(t *testing.T) {
 		}
 	}
 	// The real request from the allowed origin carries the CORS header.
-	tok := token(t, "alice")
+	tok := nodetest.Token(t, "alice")
 	sid := liveSession(t, listed, tok)
 	req, _ := http.NewRequest("GET", listed.HTTP+"/v1/sessions/"+sid, nil)
 	req.Header.Set("Origin", "https://app.example.io")
@@ -286,7 +287,7 @@ func TestOriginCheck(t *testing.T) {
 		t.Errorf("GET from the allowed origin: %d, Access-Control-Allow-Origin %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
 	}
 
-	any := startNode(t, nodeOpts{gateway: gateway.Config{AllowedOrigins: []string{"*"}}})
+	any := startNode(t, nodetest.Options{Gateway: gateway.Config{AllowedOrigins: []string{"*"}}})
 	for _, origin := range []string{"http://evil.example", "null", "https://app.example.io"} {
 		if got := upgrade(any, origin); got != 101 {
 			t.Errorf("--allowed-origins *, Origin %q: HTTP %d, want 101", origin, got)
@@ -303,8 +304,8 @@ func TestOriginCheck(t *testing.T) {
 // connection while that one's reader is still on its way out.
 func TestCloseThenResumeAtOnce(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	const rounds = 40
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)

@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -71,8 +72,8 @@ func TestDeepValuesRefusedAtTheDoor(t *testing.T) {
 		t.Fatalf("CheckValue(depth %d) accepted", wal.MaxValueDepth+1)
 	}
 
-	n := startNode(t, nodeOpts{})
-	alice, bob := token(t, "alice"), token(t, "bob")
+	n := startNode(t, nodetest.Options{})
+	alice, bob := nodetest.Token(t, "alice"), nodetest.Token(t, "bob")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(alice, "", 0), false, "new", 0, 300)
 	c.chat("base", "base")
@@ -153,12 +154,12 @@ func TestDeepValuesRefusedAtTheDoor(t *testing.T) {
 	// From the actor's memory, then from the log alone after a restart.
 	check(n, 4)
 	_ = n.Close()
-	check(startNode(t, nodeOpts{dir: n.Dir}), 6)
+	check(startNode(t, nodetest.Options{Dir: n.Dir}), 6)
 }
 
 // rawEdit stops n, edits its Pebble store directly (as a disk fault or a
 // bug would), and starts a node on the same directory with o.
-func rawEdit(t *testing.T, n *node, o nodeOpts, edit func(db *pebble.DB)) *node {
+func rawEdit(t *testing.T, n *node, o nodetest.Options, edit func(db *pebble.DB)) *node {
 	t.Helper()
 	_ = n.Close()
 	db, err := pebble.Open(n.Dir, &pebble.Options{FormatMajorVersion: wal.FormatVersion, Logger: pebbleQuiet{}})
@@ -169,7 +170,7 @@ func rawEdit(t *testing.T, n *node, o nodeOpts, edit func(db *pebble.DB)) *node 
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	o.dir = n.Dir
+	o.Dir = n.Dir
 	return startNode(t, o)
 }
 
@@ -214,9 +215,9 @@ func rawGet(t *testing.T, db *pebble.DB, key []byte) []byte {
 // deletes both once their time has come.
 func TestCorruptStoredData(t *testing.T) {
 	t.Parallel()
-	opts := nodeOpts{fake: true}
+	opts := nodetest.Options{ManualClock: true}
 	n := startNode(t, opts)
-	alice, bob := token(t, "alice"), token(t, "bob")
+	alice, bob := nodetest.Token(t, "alice"), nodetest.Token(t, "bob")
 
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(alice, "", 0), false, "new", 0, 300)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // sessionKeys are the fields every session frame has (PROTOCOL.md).
@@ -43,9 +44,9 @@ func checkSession(t *testing.T, s map[string]any, resumed bool, reason string, l
 
 func TestNewSession(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
+	n := startNode(t, nodetest.Options{})
 	c := dial(t, n.URL)
-	s := c.hello(token(t, "alice"), "", 0)
+	s := c.hello(nodetest.Token(t, "alice"), "", 0)
 	sid := checkSession(t, s, false, "new", 0, 300)
 	if ctx := obj(t, s["context"]); len(ctx) != 0 {
 		t.Errorf("context of a new session: %v, want {}", ctx)
@@ -75,7 +76,7 @@ func TestNewSession(t *testing.T) {
 
 	// Another new session gets another id.
 	c2 := dial(t, n.URL)
-	s2 := c2.hello(token(t, "alice"), "", 0)
+	s2 := c2.hello(nodetest.Token(t, "alice"), "", 0)
 	if sid2 := checkSession(t, s2, false, "new", 0, 300); sid2 == sid {
 		t.Fatalf("two new sessions share id %s", sid)
 	}
@@ -83,8 +84,8 @@ func TestNewSession(t *testing.T) {
 
 func TestResumeReplay(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	for i := range 3 {
@@ -147,8 +148,8 @@ func TestResumeReplay(t *testing.T) {
 
 func TestIdempotentSend(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	if c.chat("dup", "once") != 1 {
@@ -189,8 +190,8 @@ func TestIdempotentSend(t *testing.T) {
 
 func TestOtherUsersSession(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	alice, mallory := token(t, "alice"), token(t, "mallory")
+	n := startNode(t, nodetest.Options{})
+	alice, mallory := nodetest.Token(t, "alice"), nodetest.Token(t, "mallory")
 	v := dial(t, n.URL)
 	vsid := checkSession(t, v.hello(alice, "", 0), false, "new", 0, 300)
 	v.chat("a1", "secret plan")
@@ -263,8 +264,8 @@ func TestOtherUsersSession(t *testing.T) {
 
 func TestWindowExpiry(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{fake: true, actor: actor.Config{Window: time.Minute}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{ManualClock: true, Actor: actor.Config{Window: time.Minute}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 60)
 	c.chat("a", "hi")
@@ -313,13 +314,13 @@ func TestWindowExpiry(t *testing.T) {
 	}
 	// Another user learns nothing: not_found, not expired.
 	m := dial(t, n.URL)
-	checkSession(t, m.hello(token(t, "mallory"), sid, 0), false, "not_found", 0, 60)
+	checkSession(t, m.hello(nodetest.Token(t, "mallory"), sid, 0), false, "not_found", 0, 60)
 }
 
 func TestReplayLimitSummaryPaging(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{actor: actor.Config{ReplayLimit: 5}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{ReplayLimit: 5}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	for i := range 10 {
@@ -386,8 +387,8 @@ func TestReplayLimitSummaryPaging(t *testing.T) {
 
 func TestHistoryLimitCap(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{NoRateLimit: true}, actor: actor.Config{MaxTurns: 1000}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{NoRateLimit: true}, Actor: actor.Config{MaxTurns: 1000}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	const sends = 110
@@ -417,9 +418,9 @@ func TestHistoryLimitCap(t *testing.T) {
 // without one), any time after hello, and does not count against --rate.
 func TestPingPong(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{gateway: gateway.Config{Rate: 1}})
+	n := startNode(t, nodetest.Options{Gateway: gateway.Config{Rate: 1}})
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	for i := range 20 { // far past the rate of 1/s with bursts of 2
 		c.send(map[string]any{"type": "ping", "id": fmt.Sprintf("h-%d", i)})
 		if p := c.read(); p["type"] != "pong" || p["id"] != fmt.Sprintf("h-%d", i) {

@@ -1,18 +1,14 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tether-dev/tether/gateway/internal/flatjson"
 	"github.com/tether-dev/tether/gateway/wire"
-	"github.com/tether-dev/tether/wal"
 )
 
 // MaxSendIDLen is the longest client send id, in characters.
@@ -244,180 +240,4 @@ func (c *conn) read(mt int, data []byte, err error) (f wire.ClientFrame, decodeE
 // not the node's).
 func (c *conn) badFrame(why string) {
 	c.srv.log.Debug("bad frame", "session", c.sid, "err", why)
-}
-
-// ErrInvalidPayload is a frame that is not UTF-8 or not JSON (close 1007).
-var ErrInvalidPayload = errors.New("frame is not valid UTF-8 JSON")
-
-// DecodeFrame decodes one client text frame. It reads the type first, then
-// only that type's own fields: fields of other frame types are unknown
-// fields here, and unknown fields are ignored whatever their JSON type.
-// Errors other than ErrInvalidPayload describe a frame that is JSON but
-// not a valid frame (bad_request), including a metadata or context value
-// the log could not store and read back (wal.CheckValue).
-func DecodeFrame(data []byte) (wire.ClientFrame, error) {
-	var f wire.ClientFrame
-	if !utf8.Valid(data) {
-		return f, fmt.Errorf("%w: not UTF-8", ErrInvalidPayload)
-	}
-	if f, ok := decodeOnce(data); ok {
-		return f, nil
-	}
-	return decodeSlow(data)
-}
-
-// decodeSlow decodes a frame in two steps, its type and then that type's
-// fields: what a frame decodeOnce refused gets, so that what is wrong is
-// said the same way whatever else the frame holds (a field of another
-// type, with a value that type would refuse, is ignored).
-func decodeSlow(data []byte) (wire.ClientFrame, error) {
-	var f wire.ClientFrame
-	var head struct {
-		Type string `json:"type"`
-	}
-	// Unmarshal checks the whole frame is JSON before it decodes anything:
-	// a syntax error is a frame that is not JSON (1007), no separate pass.
-	if err := json.Unmarshal(data, &head); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return f, fmt.Errorf("%w: not JSON", ErrInvalidPayload)
-		}
-		return f, fmt.Errorf("malformed client frame: %v", err)
-	}
-	f.Type = head.Type
-	var err error
-	switch f.Type {
-	case wire.TypeHello:
-		var v struct {
-			Token     string           `json:"token"`
-			SessionID string           `json:"session_id"`
-			LastSeq   uint64           `json:"last_seq"`
-			Stream    *wire.StreamMark `json:"stream"`
-			Attach    string           `json:"attach"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.Token, f.SessionID, f.LastSeq, f.Stream, f.Attach = v.Token, v.SessionID, v.LastSeq, v.Stream, v.Attach
-	case wire.TypeSend:
-		var v struct {
-			ID        string         `json:"id"`
-			Content   string         `json:"content"`
-			Metadata  map[string]any `json:"metadata"`
-			Interrupt bool           `json:"interrupt"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.ID, f.Content, f.Metadata, f.Interrupt = v.ID, v.Content, v.Metadata, v.Interrupt
-		if err == nil {
-			err = storable("metadata", v.Metadata)
-		}
-	case wire.TypeHistory:
-		var v struct {
-			BeforeSeq uint64 `json:"before_seq"`
-			Limit     int    `json:"limit"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.BeforeSeq, f.Limit = v.BeforeSeq, v.Limit
-	case wire.TypeContext:
-		var v struct {
-			Set map[string]any `json:"set"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.Set = v.Set
-		if err == nil {
-			err = storable("context", v.Set)
-		}
-	case wire.TypePing:
-		var v struct {
-			ID string `json:"id"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.ID = v.ID
-	case wire.TypeCancel:
-		var v struct {
-			ReplyTo uint64 `json:"reply_to"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.ReplyTo = v.ReplyTo
-	case wire.TypeApprove:
-		var v struct {
-			CallID   string `json:"call_id"`
-			Approved *bool  `json:"approved"`
-		}
-		err = json.Unmarshal(data, &v)
-		f.CallID, f.Approved = v.CallID, v.Approved
-	}
-	switch {
-	case err != nil:
-		return f, fmt.Errorf("malformed %s frame: %v", orUnknown(f.Type), err)
-	case f.Type == "":
-		return f, errors.New("frame has no type")
-	}
-	return f, nil
-}
-
-// decodeOnce decodes a frame in one pass, for the common case of a valid
-// frame (the two passes of DecodeFrame cost twice the JSON scanning). It
-// reports false for anything DecodeFrame must look at more closely: an
-// error, no type, or values that cannot be stored.
-func decodeOnce(data []byte) (wire.ClientFrame, bool) {
-	if f, ok := flatjson.Decode(data); ok {
-		return pickStorable(f) // nothing a flat frame holds can fail to store
-	}
-	return decodeJSON(data)
-}
-
-// decodeJSON is decodeOnce through encoding/json.
-func decodeJSON(data []byte) (wire.ClientFrame, bool) {
-	var v wire.ClientFrame // every type's fields: only v.Type's are kept
-	if err := json.Unmarshal(data, &v); err != nil || v.Type == "" {
-		return wire.ClientFrame{}, false
-	}
-	return pickStorable(v)
-}
-
-// pickStorable keeps the fields of v's type, and reports false when a
-// value there cannot be stored.
-func pickStorable(v wire.ClientFrame) (wire.ClientFrame, bool) {
-	f := wire.ClientFrame{Type: v.Type}
-	switch v.Type {
-	case wire.TypeHello:
-		f.Token, f.SessionID, f.LastSeq, f.Stream, f.Attach = v.Token, v.SessionID, v.LastSeq, v.Stream, v.Attach
-	case wire.TypeSend:
-		f.ID, f.Content, f.Metadata, f.Interrupt = v.ID, v.Content, v.Metadata, v.Interrupt
-		if storable("metadata", v.Metadata) != nil {
-			return f, false
-		}
-	case wire.TypeHistory:
-		f.BeforeSeq, f.Limit = v.BeforeSeq, v.Limit
-	case wire.TypeContext:
-		f.Set = v.Set
-		if storable("context", v.Set) != nil {
-			return f, false
-		}
-	case wire.TypePing:
-		f.ID = v.ID
-	case wire.TypeCancel:
-		f.ReplyTo = v.ReplyTo
-	case wire.TypeApprove:
-		f.CallID, f.Approved = v.CallID, v.Approved
-	}
-	return f, true
-}
-
-// storable applies the log's rule for client values (wal.CheckValue) at
-// the door, so nothing stored is ever unreadable.
-func storable(what string, v map[string]any) error {
-	if v == nil {
-		return nil
-	}
-	if err := wal.CheckValue(v); err != nil {
-		return fmt.Errorf("%s cannot be stored: %w", what, err)
-	}
-	return nil
-}
-
-func orUnknown(t string) string {
-	if t == "" {
-		return "client"
-	}
-	return t
 }

@@ -9,12 +9,13 @@ import (
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/gateway"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 func TestComplete(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "bye soon")
@@ -42,13 +43,13 @@ func TestComplete(t *testing.T) {
 	}
 	// Another user learns nothing: not_found, not completed.
 	m := dial(t, n.URL)
-	checkSession(t, m.hello(token(t, "mallory"), sid, 0), false, "not_found", 0, 300)
+	checkSession(t, m.hello(nodetest.Token(t, "mallory"), sid, 0), false, "not_found", 0, 300)
 }
 
 func TestSuperseded(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	old := dial(t, n.URL)
 	sid := checkSession(t, old.hello(tok, "", 0), false, "new", 0, 300)
 	old.chat("a", "one")
@@ -79,8 +80,8 @@ func TestSuperseded(t *testing.T) {
 
 func TestContext(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.send(map[string]any{"type": "context", "set": map[string]any{"goal": "compare two laptops", "lang": "zh"}})
@@ -125,7 +126,7 @@ func TestContext(t *testing.T) {
 		"auth_time 10min": {User: "alice", AuthAge: 10 * time.Minute},
 	} {
 		c := dial(t, n.URL)
-		c.send(map[string]any{"type": "hello", "token": tokenSpec(t, spec), "session_id": sid, "last_seq": 0})
+		c.send(map[string]any{"type": "hello", "token": nodetest.Issue(t, spec), "session_id": sid, "last_seq": 0})
 		frames := c.expectClose(4003)
 		if len(frames) != 1 || frames[0]["type"] != "error" || frames[0]["code"] != "reauth_required" {
 			t.Fatalf("%s: frames before 4003: %v", name, frames)
@@ -137,7 +138,7 @@ func TestContext(t *testing.T) {
 	}
 	// A fresh login resumes it.
 	c3 := dial(t, n.URL)
-	s, _ = c3.resume(tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: 0}), sid, 0)
+	s, _ = c3.resume(nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: 0}), sid, 0)
 	if s["sensitive"] != true || obj(t, s["context"])["goal"] != "compare two laptops" {
 		t.Fatalf("resume of the sensitive session: %v", s)
 	}
@@ -151,8 +152,8 @@ func TestContext(t *testing.T) {
 func TestSensitiveTool(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 50 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.sendMsg("p", "please pay 5 EUR")
@@ -180,7 +181,7 @@ func TestSensitiveTool(t *testing.T) {
 	c.closeNow()
 	n.waitStatus(t, tok, sid, "interrupted")
 	c2 := dial(t, n.URL)
-	c2.send(map[string]any{"type": "hello", "token": tokenSpec(t, gateway.TokenSpec{User: "alice", AuthAge: -1}), "session_id": sid, "last_seq": 4})
+	c2.send(map[string]any{"type": "hello", "token": nodetest.Issue(t, gateway.TokenSpec{User: "alice", AuthAge: -1}), "session_id": sid, "last_seq": 4})
 	c2.expectClose(4003)
 	c3 := dial(t, n.URL)
 	s, _ := c3.resume(tok, sid, 4)
@@ -192,8 +193,8 @@ func TestSensitiveTool(t *testing.T) {
 func TestDisconnectMidTool(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 600 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo}})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.sendMsg("q", "best laptop")
@@ -239,8 +240,8 @@ func TestDisconnectMidTool(t *testing.T) {
 
 func TestShutdownCloses1012(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.chat("a", "x")
@@ -265,8 +266,8 @@ func TestShutdownCloses1012(t *testing.T) {
 // its value, whatever its JSON type, must not make the frame invalid.
 func TestUnknownFieldsIgnored(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	t.Run("hello", func(t *testing.T) {
 		c := dial(t, n.URL)
 		c.send(map[string]any{"type": "hello", "token": tok, "client": map[string]any{"v": 1}, "id": 7, "content": false, "limit": "none"})

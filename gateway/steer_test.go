@@ -7,6 +7,7 @@ import (
 
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
@@ -47,7 +48,7 @@ func (c *wsc) pingPong() []map[string]any {
 }
 
 func demoNode(t *testing.T, cfg engine.DemoConfig) *node {
-	return startNode(t, nodeOpts{actor: actor.Config{Engine: engine.NewDemo(cfg)}})
+	return startNode(t, nodetest.Options{Actor: actor.Config{Engine: engine.NewDemo(cfg)}})
 }
 
 // cancel mid-stream: the text so far is the turn's agent entry, marked
@@ -58,7 +59,7 @@ func TestCancelMidStream(t *testing.T) {
 	e := newScript()
 	n := streamNode(t, e, -1)
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "tell me a long story")
 	user := c.ackOf("m1")
 	c.message(user, "user")
@@ -92,7 +93,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 	t.Parallel()
 	n := demoNode(t, engine.DemoConfig{SearchDelay: time.Minute, StreamDelay: 50 * time.Millisecond})
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "search tether")
 	c.until("the search started", isMsg("tool"))
 	c.send(map[string]any{"type": "cancel"})
@@ -104,7 +105,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 
 	d := demoNode(t, engine.DemoConfig{SearchDelay: 30 * time.Millisecond, StreamDelay: 100 * time.Millisecond})
 	c = dial(t, d.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "tell me about the sea")
 	first := c.ackOf("m1")
 	c.until("the reply streaming", func(m map[string]any) bool { return m["type"] == "delta" })
@@ -131,7 +132,7 @@ func TestCancelToolAndInterrupt(t *testing.T) {
 func TestApproveBooking(t *testing.T) {
 	t.Parallel()
 	n := demoNode(t, engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
-	tok := token(t, "alice")
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := str(t, c.hello(tok, "", 0)["session_id"])
 	c.sendMsg("m1", "book a table for two")
@@ -149,7 +150,7 @@ func TestApproveBooking(t *testing.T) {
 	// Another user: the session is not theirs, and the call id means
 	// nothing in their own session.
 	b := dial(t, n.URL)
-	if s := b.hello(token(t, "bob"), sid, 0); s["reason"] != "not_found" {
+	if s := b.hello(nodetest.Token(t, "bob"), sid, 0); s["reason"] != "not_found" {
 		t.Fatalf("bob's hello %v", s)
 	}
 	b.send(map[string]any{"type": "approve", "call_id": callID, "approved": true})
@@ -158,7 +159,7 @@ func TestApproveBooking(t *testing.T) {
 	}
 
 	phone := dial(t, n.URL)
-	s, _ := phone.resume(token(t, "alice"), sid, num(t, waiting["seq"]))
+	s, _ := phone.resume(nodetest.Token(t, "alice"), sid, num(t, waiting["seq"]))
 	if p := obj(t, s["pending_tool_call"]); p["status"] != "awaiting_approval" || p["call_id"] != callID {
 		t.Fatalf("session pending %v", s["pending_tool_call"])
 	}
@@ -198,9 +199,9 @@ func TestApproveBooking(t *testing.T) {
 func TestDenyBooking(t *testing.T) {
 	t.Parallel()
 	demo := engine.NewDemo(engine.DemoConfig{SearchDelay: 30 * time.Millisecond})
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: demo}})
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: demo}})
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "book a flight")
 	waiting, _ := c.until("the booking waiting", isMsg("tool"))
 	c.send(map[string]any{"type": "approve", "call_id": md(waiting)["call_id"], "approved": false})
@@ -216,8 +217,8 @@ func TestDenyBooking(t *testing.T) {
 // hello still supersedes (4001); an unknown attach is a bad hello.
 func TestSharedAttach(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOpts{})
-	tok := token(t, "alice")
+	n := startNode(t, nodetest.Options{})
+	tok := nodetest.Token(t, "alice")
 	a := dial(t, n.URL)
 	sid := str(t, a.hello(tok, "", 0)["session_id"])
 	shared := func() *wsc {

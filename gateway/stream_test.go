@@ -10,6 +10,7 @@ import (
 	"github.com/tether-dev/tether/actor"
 	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
+	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
 // scriptEngine streams what the test tells it: each step reads commands
@@ -87,7 +88,7 @@ func (c *wsc) delta() (uint64, int, int, string) {
 }
 
 func streamNode(t *testing.T, e *scriptEngine, flush time.Duration) *node {
-	return startNode(t, nodeOpts{actor: actor.Config{Engine: e, FlushInterval: flush}})
+	return startNode(t, nodetest.Options{Actor: actor.Config{Engine: e, FlushInterval: flush}})
 }
 
 // deltaRaw reads frames until a delta and returns it as sent.
@@ -104,7 +105,7 @@ func TestStreamDeltas(t *testing.T) {
 	e := newScript()
 	n := streamNode(t, e, -1)
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "tell me")
 	c.ackOf("m1")
 	c.message(1, "user")
@@ -150,7 +151,7 @@ func TestStreamResumeMidReply(t *testing.T) {
 		t.Run(fmt.Sprintf("mark=%v", withMark), func(t *testing.T) {
 			e := newScript()
 			n := streamNode(t, e, -1)
-			tok := token(t, "alice")
+			tok := nodetest.Token(t, "alice")
 			c := dial(t, n.URL)
 			sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 			c.sendMsg("m1", "go")
@@ -202,7 +203,7 @@ func TestStreamSplitBySend(t *testing.T) {
 	e := newScript()
 	n := streamNode(t, e, -1)
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "go")
 	c.ackOf("m1")
 	c.message(1, "user")
@@ -235,7 +236,7 @@ func TestStreamToolInsideTurn(t *testing.T) {
 	t.Parallel()
 	e := newScript()
 	n := streamNode(t, e, -1)
-	tok := token(t, "alice")
+	tok := nodetest.Token(t, "alice")
 	c := dial(t, n.URL)
 	sid := checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 	c.sendMsg("m1", "look it up")
@@ -275,7 +276,7 @@ func TestStreamCoalesced(t *testing.T) {
 	e := newScript()
 	n := streamNode(t, e, 50*time.Millisecond)
 	c := dial(t, n.URL)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "go")
 	c.ackOf("m1")
 	c.message(1, "user")
@@ -322,9 +323,9 @@ func TestStreamCoalesced(t *testing.T) {
 func TestStreamSlowClientMerged(t *testing.T) {
 	t.Parallel()
 	e := newScript()
-	n := startNode(t, nodeOpts{actor: actor.Config{Engine: e, FlushInterval: -1}, sndbuf: 16 << 10})
+	n := startNode(t, nodetest.Options{Actor: actor.Config{Engine: e, FlushInterval: -1}, SendBuffer: 16 << 10})
 	c := dialSmall(t, n.URL, 16<<10)
-	c.hello(token(t, "alice"), "", 0)
+	c.hello(nodetest.Token(t, "alice"), "", 0)
 	c.sendMsg("m1", "go")
 	c.ackOf("m1")
 	c.message(1, "user")

@@ -100,7 +100,7 @@ func TestCloseFailsQueuedRequests(t *testing.T) {
 		l := openLog(t, dir)
 		ctx := context.Background()
 		mustCreate(t, l, activeHeader("q"))
-		release := blockCommitter(t, l)
+		release, _ := blockCommitter(t, l)
 
 		var cbs []*asyncResult
 		for s := uint64(1); s <= 5; s++ {

@@ -45,7 +45,7 @@ type request struct {
 	deleted bool
 	err     error
 	// Exactly one of done and callback is set: a waiting caller, or an
-	// asynchronous one told from the committer goroutine.
+	// asynchronous one told from the sync loop.
 	done     chan struct{}
 	callback func(error)
 }
@@ -73,16 +73,16 @@ func (l *Log) Append(ctx context.Context, b Batch) error {
 // with nil only once b is durable. Appends of one session complete in the
 // order they were queued, and once one fails every later one of that
 // session fails too until it is claimed again (fail-stop). done runs on
-// the committer goroutine: it must not block. AppendAsync itself waits
-// only while the queue is full (or until ctx ends, when done is not
-// called).
+// the log's sync loop: it must not block, as it holds up every later
+// answer. AppendAsync itself waits only while the queue is full (or until
+// ctx ends, when done is not called).
 func (l *Log) AppendAsync(ctx context.Context, b *Batch, done func(error)) error {
 	if err := CheckID(b.SessionID); err != nil {
 		return err
 	}
 	if done == nil {
 		// finish tells a request without callback by closing its done
-		// channel; a nil one would panic on the committer goroutine.
+		// channel; a nil one would panic on the sync loop.
 		done = func(error) {}
 	}
 	r := l.asyncReqs.Get().(*request)
@@ -197,9 +197,6 @@ func (l *Log) commitLoop() {
 	group := make([]*request, 0, l.cfg.MaxBatch)
 	for {
 		group = group[:0]
-		if hold := l.testHold.Load(); hold != nil {
-			(*hold)()
-		}
 		// Stop wins over queued requests: select picks at random among
 		// ready cases, and Close promises that what is still queued fails
 		// with ErrClosed rather than being committed after it was called.

@@ -210,53 +210,62 @@ func rawDelete(tb testing.TB, db *pebble.DB, key []byte) {
 	}
 }
 
-// blockCommitter parks the committer goroutine (through testHold) once
-// it has committed an asynchronous append to a session of its own, before
-// it takes anything else, so that what the test
+// blockCommitter parks the committer goroutine so that what the test
 // queues next waits in l.reqs and is committed as one group once the
-// returned release is called. Release is also run at cleanup, so a
-// failing test does not hang Close.
-func blockCommitter(tb testing.TB, l *Log) (release func()) {
+// returned release is called. It needs no hook in the log: the sync loop
+// runs AppendAsync's callbacks, so a callback that blocks parks it; the
+// committer then hands it cap(l.syncs) more groups and blocks handing on
+// the next one. The helper's own appends to a session of its own are
+// those groups: NoSync header changes, readable as soon as they are
+// applied, so it knows when each was taken. release waits for them to be
+// answered; extra is how many requests of its own the log's Stats count
+// after release. Release is also run at cleanup, so a failing test does
+// not hang Close.
+func blockCommitter(tb testing.TB, l *Log) (release func(), extra uint64) {
 	tb.Helper()
-	sid := fmt.Sprintf("gate-%d", time.Now().UnixNano())
-	if _, err := l.Create(context.Background(), activeHeader(sid), nil); err != nil {
+	ctx := context.Background()
+	h := activeHeader(fmt.Sprintf("gate-%d", time.Now().UnixNano()))
+	if _, err := l.Create(ctx, h, nil); err != nil {
 		tb.Fatal(err)
 	}
-	entered, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hold := func() {
-		// The committer may come round to the hold before it has taken
-		// the gate append (it loops as soon as the Create's group is
-		// handed to the sync loop): park only once the gate is applied.
-		// Its claim is the committer's own state, read here on its
-		// goroutine.
-		if l.claims[sid].lastSeq < 1 {
-			return
+	parked, gate := make(chan struct{}), make(chan struct{})
+	if err := l.AppendAsync(ctx, ref(batch(h, 1, 1, 0)), func(error) {
+		close(parked)
+		<-gate
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	<-parked
+	fillers := cap(l.syncs) + 1
+	answered := make(chan error, fillers)
+	for i := 1; i <= fillers; i++ {
+		b := batch(h, 1, 1, 0)
+		b.Header.LastActiveAt = t0.Add(time.Duration(i) * time.Second)
+		b.NoSync = true
+		if err := l.AppendAsync(ctx, ref(b), func(err error) { answered <- err }); err != nil {
+			tb.Fatal(err)
 		}
-		once.Do(func() {
-			close(entered)
-			<-gate
-		})
+		deadline := time.Now().Add(20 * time.Second)
+		for !mustHeader(tb, l, h.SessionID).LastActiveAt.Equal(b.Header.LastActiveAt) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("the committer did not take the gate's append %d within 20s", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
-	l.testHold.Store(&hold)
-	// The gate append wakes the committer; once it is committed, the
-	// committer parks before taking anything else.
-	committed := make(chan struct{})
-	b := batch(activeHeader(sid), 1, 1, 1) // an entry, so that the claim shows it
-	if err := l.AppendAsync(context.Background(), ref(b), func(error) { close(committed) }); err != nil {
-		tb.Fatal(err)
-	}
-	<-committed
-	<-entered
 	var rel sync.Once
 	release = func() {
 		rel.Do(func() {
-			l.testHold.Store(nil)
 			close(gate)
+			for range fillers {
+				if err := <-answered; err != nil {
+					tb.Errorf("gate append: %v", err)
+				}
+			}
 		})
 	}
 	tb.Cleanup(release)
-	return release
+	return release, uint64(fillers)
 }
 
 // waitQueued waits until n requests wait in the (blocked) committer's

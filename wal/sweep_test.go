@@ -276,7 +276,7 @@ func TestSweepRechecksAtDelete(t *testing.T) {
 	old := hdr("revived", StatusCompleted, -2*time.Hour, 0)
 	fillSession(t, l, old, 1, true)
 
-	release := blockCommitter(t, l)
+	release, _ := blockCommitter(t, l)
 	// Queued first, applied first: the session comes back to life and its
 	// owner lets go of it.
 	revive := batch(old, 1, 2, 2)

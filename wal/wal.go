@@ -80,9 +80,6 @@ type Log struct {
 	// good by a failed commit.
 	syncs  chan synced
 	broken atomic.Pointer[error]
-	// testHold, when set, is run by the committer before it takes in a
-	// group: tests park it there to line requests up.
-	testHold atomic.Pointer[func()]
 
 	// claims, scratch and staged are owned by the committer goroutine.
 	claims  map[string]claim
