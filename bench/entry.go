@@ -18,6 +18,8 @@ type entryInfo struct {
 	replyTo uint64
 	callID  string // tool
 	status  string // tool
+	// sketch is a short text of the entry, for a violation's detail.
+	sketch string
 }
 
 // info summarizes m: the fields the checks use and a hash of the rest.
@@ -32,6 +34,7 @@ func info(m wire.Message) entryInfo {
 	fmt.Fprintf(h, "%s\x00%s\x00%x\x00", m.Role, m.Content, math.Float64bits(m.Timestamp))
 	h.Write(md)
 	e.hash = h.Sum64()
+	e.sketch = fmt.Sprintf("%.40q at %.6f %.120s", m.Content, m.Timestamp, md)
 	return e
 }
 

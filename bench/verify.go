@@ -292,7 +292,7 @@ func (v *Verifier) compare(s *vsession, log []entryInfo) bool {
 		}
 		if got := log[e.seq-1]; got.hash != e.hash {
 			v.violate(Violation{Kind: VEntryChanged, Session: s.id, Seqs: []uint64{e.seq},
-				Detail: fmt.Sprintf("entry %d read back (%s) differs from what the client saw (%s)", e.seq, got.role, e.role)})
+				Detail: fmt.Sprintf("entry %d read back (%s: %s) differs from what the client saw (%s: %s)", e.seq, got.role, got.sketch, e.role, e.sketch)})
 		}
 	}
 	return true
