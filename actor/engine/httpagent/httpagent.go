@@ -337,9 +337,10 @@ func (a *Agent) exchange(ctx context.Context, key string, body any, replayable b
 	return nil
 }
 
-// ctxErr says a timeout is a timeout, whatever the transport made of it.
+// ctxErr says a timeout is a timeout, whatever the transport made of it;
+// an error that already says so (with the last failure) is kept.
 func (a *Agent) ctxErr(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c != nil && errors.Is(c, ErrTimeout) {
+	if c := context.Cause(ctx); c != nil && errors.Is(c, ErrTimeout) && !errors.Is(err, ErrTimeout) {
 		return c
 	}
 	return err

@@ -2,6 +2,7 @@ package httpagent
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -46,6 +47,32 @@ func TestToolRetryOnlyWhenIdempotent(t *testing.T) {
 		if got := n.Load(); idem && got < 2 || !idem && got != 1 {
 			t.Fatalf("idempotent=%v: %d requests", idem, got)
 		}
+	}
+}
+
+// A retry cut short by the timeout mid-request still says why the
+// attempts before it failed.
+func TestTimeoutKeepsTheLastFailure(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return
+		}
+		// The second attempt outlives the timeout. The body is read first:
+		// only then does the server watch for the client going away.
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	a, err := New(Config{URL: srv.URL, Secret: []byte("s"), Timeout: 300 * time.Millisecond, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	_, err = a.RunCall(t.Context(), engine.CallInput{SessionID: "s", CallID: "c", Name: "x", Idempotent: true}, func(string) {})
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, ErrStatus) || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("after %d requests: %v", n.Load(), err)
 	}
 }
 

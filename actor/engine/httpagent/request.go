@@ -35,6 +35,7 @@ func Sign(secret, body []byte, t time.Time) string {
 // tool call not declared idempotent) is retried only when it cannot have
 // reached the endpoint: nothing was written, or it said 429.
 func (a *Agent) post(ctx context.Context, key string, body []byte, replayable bool) (*http.Response, error) {
+	var last error // the previous attempt's failure, kept for the timeout's error
 	for attempt := 0; ; attempt++ {
 		resp, wrote, err := a.try(ctx, key, body, replayable)
 		if err == nil && resp.StatusCode == http.StatusOK {
@@ -43,6 +44,9 @@ func (a *Agent) post(ctx context.Context, key string, body []byte, replayable bo
 		var retryAfter time.Duration
 		switch {
 		case err != nil && ctx.Err() != nil:
+			if last != nil {
+				return nil, fmt.Errorf("%w (last: %w)", context.Cause(ctx), last)
+			}
 			return nil, err
 		case err != nil:
 			if wrote && !replayable {
@@ -65,6 +69,7 @@ func (a *Agent) post(ctx context.Context, key string, body []byte, replayable bo
 				ErrTimeout, attempt+1, wait.Round(time.Millisecond), err)
 		}
 		a.cfg.Logger.Warn("agent request failed; retrying", "key", key, "attempt", attempt+1, "in", wait, "err", err)
+		last = err
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
