@@ -35,6 +35,7 @@ type recConn struct {
 	closes []machine.CloseReason
 	read   int // outs consumed by next
 	notify chan struct{}
+	stored atomic.Int64 // batch entries delivered as the log stores them
 }
 
 func newRecConn(name string) *recConn {
@@ -42,6 +43,15 @@ func newRecConn(name string) *recConn {
 }
 
 func (c *recConn) Deliver(o machine.Out) {
+	if b, ok := o.(*machine.BatchOut); ok {
+		// Tests read a batch's entries as values; stored counts those
+		// that came as the log stores them.
+		c.stored.Add(int64(len(b.Stored)))
+		var err error
+		if o, err = b.Decoded(); err != nil {
+			o = &machine.ErrorOut{Message: "a batch that does not decode: " + err.Error()}
+		}
+	}
 	c.mu.Lock()
 	c.outs = append(c.outs, o)
 	c.mu.Unlock()
@@ -296,6 +306,11 @@ func (j *testJournal) storeReads() string {
 func (j *testJournal) Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal.Entry, error) {
 	j.reads.Add(1)
 	return j.Log.Read(sid, lo, hi, limit, newest)
+}
+
+func (j *testJournal) ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]wal.RawEntry, error) {
+	j.reads.Add(1)
+	return j.Log.ReadRaw(sid, lo, hi, limit, newest)
 }
 
 func (j *testJournal) SendSeq(sid, id string) (uint64, bool, error) {

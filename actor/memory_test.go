@@ -211,6 +211,11 @@ func TestResumeBeyondReplayLimit(t *testing.T) {
 	if !reflect.DeepEqual(seqsOf(b.Messages), span(16, 20)) || b.Omitted != 12 {
 		t.Fatalf("replay %v omitted %d, want 16..20 and 12", seqsOf(b.Messages), b.Omitted)
 	}
+	// The tail (17..20) came from memory; 16, read from the log, went on
+	// as the log stores it.
+	if n := c2.stored.Load(); n != 1 {
+		t.Fatalf("%d entries sent as stored, want 1", n)
+	}
 	for _, want := range []string{"12 earlier entries (seq 4–15)", "before_seq=16", `agent: "Agent reply: message 1"`} {
 		if !strings.Contains(b.Summary, want) {
 			t.Fatalf("summary %q lacks %q", b.Summary, want)

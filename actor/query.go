@@ -68,6 +68,7 @@ func (r *Registry) snapshotStored(sid string) (Snapshot, error) {
 // snapshotOf is what v shows, with its newest messages that fit in
 // MaxBatchBytes.
 func (r *Registry) snapshotOf(v machine.View, msgs []wal.Entry) Snapshot {
+	_, msgs = fitBytes(nil, msgs, r.cfg.MaxBatchBytes)
 	return Snapshot{Header: v.Header, Context: v.Context, AgentContext: v.AgentContext, Pending: v.Pending,
-		Messages: fitBytes(msgs, r.cfg.MaxBatchBytes)}
+		Messages: msgs}
 }

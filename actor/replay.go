@@ -25,22 +25,34 @@ func (r *Registry) read(sid string, sp machine.Span) ([]wal.Entry, error) {
 	return append(older, sp.Held...), nil
 }
 
+// readStored returns the entries of sp: the older ones as the journal
+// stores them (sent on undecoded), the newest as the machine held them.
+func (a *actor) readStored(sp machine.Span) ([]wal.RawEntry, []wal.Entry, error) {
+	lo, hi := sp.Missing()
+	if lo >= hi {
+		return nil, sp.Held, nil
+	}
+	older, err := a.reg.cfg.Journal.ReadRaw(a.sid, lo, hi, int(hi-lo), false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return older, sp.Held, nil
+}
+
 // replay sends the one history_batch of a resume: the newest entries
 // after e.After, at most ReplayLimit of them (the machine bounded the
 // span) and MaxBatchBytes, with a count and a summary of the rest.
 func (a *actor) replay(e machine.Replay) {
-	msgs, err := a.read(e.Messages)
+	out, err := a.batch(e.Messages)
 	if err != nil {
 		a.readFailed(e.Conn, err)
 		return
 	}
-	msgs = fitBytes(msgs, a.reg.cfg.MaxBatchBytes)
-	out := &machine.BatchOut{Messages: msgs}
-	from := e.Messages.Lo
-	if len(msgs) > 0 {
-		from = msgs[0].Seq
+	from, some := out.First()
+	if !some {
+		from = e.Messages.Lo
 	}
-	if omitted := from - (e.After + 1); omitted > 0 && len(msgs) > 0 {
+	if omitted := from - (e.After + 1); omitted > 0 && some {
 		out.Omitted = omitted
 		first, err := a.read(e.First)
 		if err != nil {
@@ -55,30 +67,48 @@ func (a *actor) replay(e machine.Replay) {
 // history answers a history request with one page (the machine bounded
 // it by the request's limit), at most MaxBatchBytes.
 func (a *actor) history(e machine.History) {
-	msgs, err := a.read(e.Messages)
+	out, err := a.batch(e.Messages)
 	if err != nil {
 		a.readFailed(e.Conn, err)
 		return
 	}
-	msgs = fitBytes(msgs, a.reg.cfg.MaxBatchBytes)
-	out := &machine.BatchOut{Messages: msgs}
-	if len(msgs) > 0 {
-		out.Omitted = msgs[0].Seq - 1
+	if first, some := out.First(); some {
+		out.Omitted = first - 1
 	}
 	e.Conn.Deliver(out)
 }
 
-// fitBytes keeps the newest entries that fit in limit bytes (at least
-// one), so one request can never make the server build more than that.
-func fitBytes(msgs []wal.Entry, limit int) []wal.Entry {
-	total := 0
-	for i := len(msgs) - 1; i >= 0; i-- {
-		total += msgs[i].Size()
-		if total > limit && i < len(msgs)-1 {
-			return msgs[i+1:]
+// batch reads sp into a history_batch of its newest entries that fit in
+// MaxBatchBytes.
+func (a *actor) batch(sp machine.Span) (*machine.BatchOut, error) {
+	stored, held, err := a.readStored(sp)
+	if err != nil {
+		return nil, err
+	}
+	stored, held = fitBytes(stored, held, a.reg.cfg.MaxBatchBytes)
+	return &machine.BatchOut{Stored: stored, Messages: held}, nil
+}
+
+// fitBytes keeps the newest entries of stored followed by held that fit
+// in limit bytes (at least one), so one request can never make the
+// server build more than that.
+func fitBytes(stored []wal.RawEntry, held []wal.Entry, limit int) ([]wal.RawEntry, []wal.Entry) {
+	size := func(i int) int {
+		if i < len(stored) {
+			return stored[i].Size()
+		}
+		return held[i-len(stored)].Size()
+	}
+	n, total := len(stored)+len(held), 0
+	for i := n - 1; i >= 0; i-- {
+		if total += size(i); total > limit && i < n-1 {
+			if i+1 >= len(stored) {
+				return nil, held[i+1-len(stored):]
+			}
+			return stored[i+1:], held
 		}
 	}
-	return msgs
+	return stored, held
 }
 
 // summarize describes the omitted entries lo..hi without reading them all:

@@ -23,7 +23,9 @@ import (
 //     not change it (a replicated journal ships it once it is durable
 //     locally), and the journal copies nothing it does not keep.
 //   - Reads are of what is durable. Read bounds come from the header the
-//     caller holds; an unreadable entry is returned as a stand-in.
+//     caller holds; an unreadable entry is returned as a stand-in. ReadRaw
+//     reads the same entries without decoding them (a replay sends them on
+//     as stored).
 type Journal interface {
 	Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error)
 	Claim(ctx context.Context, sid string) (wal.SessionData, error)
@@ -32,6 +34,7 @@ type Journal interface {
 	Header(sid string) (wal.Header, error)
 	Load(sid string) (wal.SessionData, error)
 	Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal.Entry, error)
+	ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]wal.RawEntry, error)
 	SendSeq(sid, id string) (uint64, bool, error)
 	ScanSends(sid string, fn func(id string, seq uint64)) error
 }

@@ -119,6 +119,10 @@ func (j *journal) Read(sid string, lo, hi uint64, limit int, newest bool) ([]wal
 	return j.local.Read(sid, lo, hi, limit, newest)
 }
 
+func (j *journal) ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]wal.RawEntry, error) {
+	return j.local.ReadRaw(sid, lo, hi, limit, newest)
+}
+
 func (j *journal) SendSeq(sid, id string) (uint64, bool, error) { return j.local.SendSeq(sid, id) }
 
 func (j *journal) ScanSends(sid string, fn func(id string, seq uint64)) error {

@@ -163,7 +163,14 @@ func outOf(o machine.Out) outMsg {
 	case *machine.SessionOut:
 		return outMsg{Session: o}
 	case *machine.BatchOut:
-		return outMsg{Batch: o}
+		// Decoded, the batch goes as it always went (a node of an
+		// earlier version reads it); a node that can encodes batches for
+		// its peers' clients itself (streamConn.Deliver).
+		b, err := o.Decoded()
+		if err != nil {
+			return outMsg{Error: &machine.ErrorOut{Code: machine.CodeInternal, Message: "reading the session failed"}}
+		}
+		return outMsg{Batch: b}
 	case *machine.EntryOut:
 		return outMsg{Entry: o}
 	case *machine.AckOut:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/actor/machine"
+	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -28,7 +29,11 @@ func viaJSON(t *testing.T, o machine.Out) []byte {
 	case *machine.EntryOut:
 		v = MessageOf(o.Entry, "message")
 	case *machine.BatchOut:
-		v = batchFrame(o)
+		es, err := o.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v = batchFrame(&machine.BatchOut{Messages: es, Omitted: o.Omitted, Summary: o.Summary})
 	case *machine.DeltaOut:
 		v = deltaFrame(o)
 	default:
@@ -37,6 +42,22 @@ func viaJSON(t *testing.T, o machine.Out) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return b
+}
+
+// batchFrame is a history_batch as encoding/json writes it.
+func batchFrame(o *machine.BatchOut) wire.HistoryBatch {
+	b := wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: make([]wire.Message, len(o.Messages)), Omitted: o.Omitted}
+	for i, e := range o.Messages {
+		b.Messages[i] = MessageOf(e, "")
+	}
+	if n := len(o.Messages); n > 0 {
+		b.FirstSeq, b.LastSeq = o.Messages[0].Seq, o.Messages[n-1].Seq
+	}
+	if o.Summary != "" {
+		s := o.Summary
+		b.Summary = &s
 	}
 	return b
 }
@@ -70,12 +91,25 @@ func TestFastEncodingMatchesJSON(t *testing.T) {
 		checkSame(t, &machine.DeltaOut{Seq: 3, From: 0, Part: i, Text: s})
 		checkSame(t, &machine.DeltaOut{Seq: 3, From: i, Part: i + 2, Text: s})
 		checkSame(t, &machine.BatchOut{Messages: []wal.Entry{e, e}, Omitted: 7, Summary: s})
+		raw := stored(t, e)
+		checkSame(t, &machine.BatchOut{Stored: []wal.RawEntry{raw, raw}, Omitted: 7, Summary: s})
+		checkSame(t, &machine.BatchOut{Stored: []wal.RawEntry{raw}, Messages: []wal.Entry{e}})
 	}
 	checkSame(t, &machine.BatchOut{})
 	if b, _ := encodeOut(&machine.AckOut{ID: awkward[2], Seq: 12}); !reflect.DeepEqual(semantic(t, b),
 		map[string]any{"type": "ack", "id": awkward[2], "seq": 12.0}) {
 		t.Fatalf("ack %s", b)
 	}
+}
+
+// stored is e as the log stores it.
+func stored(t *testing.T, e wal.Entry) wal.RawEntry {
+	t.Helper()
+	b, err := wal.EncodeEntry(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wal.RawEntry{Seq: e.Seq, Bytes: b}
 }
 
 func FuzzFastEncoding(f *testing.F) {

@@ -58,7 +58,7 @@ func appendOut(b []byte, o machine.Out) ([]byte, error) {
 	case *machine.DeltaOut:
 		return jsonenc.AppendDelta(slices.Grow(b, 64+len(o.Text)), deltaFrame(o)), nil
 	case *machine.BatchOut:
-		return jsonenc.AppendBatch(slices.Grow(b, batchSize(o)), o.Messages, o.Omitted, o.Summary), nil
+		return jsonenc.AppendBatch(slices.Grow(b, batchSize(o)), o.Stored, o.Messages, o.Omitted, o.Summary)
 	case *machine.SessionOut:
 		v = wire.SessionFrame{
 			Type: wire.TypeSession, SessionID: o.SessionID, Resumed: o.Resumed, Reason: o.Reason,
@@ -84,25 +84,13 @@ func appendOut(b []byte, o machine.Out) ([]byte, error) {
 // batchSize guesses a history_batch's encoded size, to allocate once.
 func batchSize(o *machine.BatchOut) int {
 	n := 128 + len(o.Summary)
+	for i := range o.Stored {
+		n += 64 + len(o.Stored[i].Bytes)*5/4 // JSON spells keys and escapes out
+	}
 	for i := range o.Messages {
 		n += 128 + len(o.Messages[i].Content)
 	}
 	return n
-}
-
-func batchFrame(o *machine.BatchOut) wire.HistoryBatch {
-	b := wire.HistoryBatch{Type: wire.TypeHistoryBatch, Messages: make([]wire.Message, len(o.Messages)), Omitted: o.Omitted}
-	for i, e := range o.Messages {
-		b.Messages[i] = MessageOf(e, "")
-	}
-	if n := len(o.Messages); n > 0 {
-		b.FirstSeq, b.LastSeq = o.Messages[0].Seq, o.Messages[n-1].Seq
-	}
-	if o.Summary != "" {
-		s := o.Summary
-		b.Summary = &s
-	}
-	return b
 }
 
 // deltaFrame is a delta on the wire: `from` is given whenever the delta

@@ -50,14 +50,15 @@
 // The exported surface:
 //
 //   - Log, New, Config: the store. Sessions: Create, CreateAt, Claim,
-//     ClaimAt, Release, Header, Load, Read, SendSeq, ScanSends,
+//     ClaimAt, Release, Header, Load, Read, ReadRaw (the same entries as
+//     stored, for a replay that sends them on), SendSeq, ScanSends,
 //     ScanHeaders, DeleteSession, Sweep. Writes: Append, AppendAsync.
 //     Copies on replicas: Store, Fence. Liveness: MarkAlive, LastAlive.
 //     Stats, Close.
 //   - Copy, Fenced, ErrDiverged: what an owner ships to a replica, what a
 //     fence found, and the refusal that makes the owner ship from further
 //     back.
-//   - Entry, Header, Batch, Send, SessionData, Status, CorruptError:
+//   - Entry, RawEntry, Header, Batch, Send, SessionData, Status, CorruptError:
 //     record's types, aliased; the Status* constants, ErrNotFound and the
 //     other sentinels, and the limits MaxIDLen, MaxValueDepth,
 //     ValueEnvelope, MaxReadDepth, all record's.

@@ -10,6 +10,7 @@ import "github.com/tether-dev/tether/wal/record"
 type (
 	Status       = record.Status
 	Entry        = record.Entry
+	RawEntry     = record.RawEntry
 	Header       = record.Header
 	SessionData  = record.SessionData
 	Send         = record.Send

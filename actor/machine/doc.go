@@ -42,7 +42,9 @@
 //     from what the log holds; Step, Deadline, Header, Idle, HasWork.
 //   - Event and its types; Opened (an Attach's answer); View (a Query's).
 //   - Effect and its types; Span.
-//   - Conn, CloseReason, Out and the *Out types: the client side.
+//   - Conn, CloseReason, Out and the *Out types: the client side (a
+//     BatchOut holds entries as stored and as held: Entries, Decoded,
+//     First).
 //   - Reason*, Code*, and the errors a hello is refused with
 //     (ErrReauthRequired, ErrBadLastSeq, ErrTooManyConns,
 //     NotResumedError, ErrNotResumed) and ErrUnavailable; MayReveal.

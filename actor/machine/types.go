@@ -2,6 +2,7 @@ package machine
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tether-dev/tether/wal/record"
@@ -54,11 +55,53 @@ type SessionOut struct {
 	Sensitive bool
 }
 
-// BatchOut is a history_batch: a resume's replay or a history page.
+// BatchOut is a history_batch: a resume's replay or a history page. Its
+// entries, oldest first, are Stored (read from the log, sent on as the
+// log stores them: a replay need not decode what it only passes on) then
+// Messages (the newest, which the machine held).
 type BatchOut struct {
+	Stored   []record.RawEntry `msgpack:",omitempty"`
 	Messages []record.Entry
 	Omitted  uint64
 	Summary  string // empty: none
+}
+
+// First is the seq of the batch's oldest entry; ok is false when it has
+// none.
+func (b *BatchOut) First() (seq uint64, ok bool) {
+	switch {
+	case len(b.Stored) > 0:
+		return b.Stored[0].Seq, true
+	case len(b.Messages) > 0:
+		return b.Messages[0].Seq, true
+	}
+	return 0, false
+}
+
+// Entries decodes the batch's entries, oldest first: for a reader that
+// needs them as values, not as a frame.
+func (b *BatchOut) Entries() ([]record.Entry, error) {
+	out := make([]record.Entry, 0, len(b.Stored)+len(b.Messages))
+	for i := range b.Stored {
+		e, err := b.Stored[i].Decode()
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", b.Stored[i].Seq, err)
+		}
+		out = append(out, e)
+	}
+	return append(out, b.Messages...), nil
+}
+
+// Decoded is the batch with every entry in Messages.
+func (b *BatchOut) Decoded() (*BatchOut, error) {
+	if len(b.Stored) == 0 {
+		return b, nil
+	}
+	es, err := b.Entries()
+	if err != nil {
+		return nil, err
+	}
+	return &BatchOut{Messages: es, Omitted: b.Omitted, Summary: b.Summary}, nil
 }
 
 // EntryOut is one log entry, sent once it is durable.

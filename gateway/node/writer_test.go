@@ -3,6 +3,8 @@ package node_test
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,12 +258,30 @@ func (w *writer) waitAcks(n int) {
 			w.t.Fatalf("%s stopped at %d acks, waiting for %d", w.name, w.ackCount(), n)
 		case <-deadline:
 			w.mu.Lock()
-			msg := fmt.Sprintf("%s (session %s): %d acks after %v, want %d (closes %v, through %v, %d resumes refused, the last: %v)",
-				w.name, w.sid, w.acks, waitFor, n, w.closes, w.through, w.refusals, w.refused)
+			msg := fmt.Sprintf("%s (session %s): %d acks after %v, want %d (closes %v, through %v, %d resumes refused, the last: %v; last seq seen %d)",
+				w.name, w.sid, w.acks, waitFor, n, w.closes, w.through, w.refusals, w.refused, w.last)
 			w.mu.Unlock()
-			w.t.Fatal(msg)
+			w.t.Fatal(msg + "\n" + w.nodesSay())
 		}
 	}
+}
+
+// nodesSay is what each node the writer may use holds of its session:
+// for a failure's message.
+func (w *writer) nodesSay() string {
+	var out []string
+	seen := map[*tnode]bool{}
+	for a := range 8 {
+		n := w.pick(a)
+		if n == nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		h, ok := header(n, w.sid)
+		out = append(out, fmt.Sprintf("%s: owns %v, actor %v, copy %v last seq %d epoch %d owner %q status %s",
+			n.id, n.Cluster.Owns(w.sid), slices.Contains(n.Registry.ActiveIDs(), w.sid), ok, h.LastSeq, h.Epoch, h.Owner, h.Status))
+	}
+	return strings.Join(out, "\n")
 }
 
 // pace is the pause between a writer's ack and its next send.

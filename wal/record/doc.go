@@ -14,5 +14,7 @@
 // Header, Status and its values, SessionData, Send, Batch; CorruptError
 // and the Err* sentinels; CheckID, MaxIDLen; CheckValue, ValueSize,
 // MaxValueDepth, ValueEnvelope, MaxReadDepth; EncodeEntry, DecodeEntry,
-// DecodeHeader, Unmarshal.
+// DecodeHeader, Unmarshal; for sending stored entries on without decoding
+// them: RawEntry (Size, Decode), View, ViewEntry, Token, Kind and its
+// values, ReadToken, SkipValue, ErrNotPlain.
 package record

@@ -52,52 +52,17 @@ var common = func() map[string]string {
 }()
 
 func decodeEntryFast(b []byte) (Entry, error) {
-	var e Entry
-	n, b, err := fastMapLen(b)
+	v, err := ViewEntry(b)
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, errSlowPath
 	}
-	for range n {
-		var kb []byte
-		if kb, b, err = fastBytes(b); err != nil {
-			return Entry{}, err
-		}
-		switch string(kb) {
-		case "q":
-			e.Seq, b, err = fastUint(b)
-		case "e":
-			e.Epoch, b, err = fastUint(b)
-		case "r":
-			e.Role, b, err = fastCommon(b)
-		case "c":
-			e.Content, b, err = fastString(b)
-		case "t":
-			if len(b) < 9 || b[0] != 0xcb {
-				return Entry{}, errSlowPath
-			}
-			e.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
-		case "m":
-			if len(b) > 0 && b[0] == 0xc0 {
-				e.Metadata, b = nil, b[1:]
-				break
-			}
-			var v any
-			if v, b, err = fastValue(b, 1); err == nil {
-				m, ok := v.(map[string]any)
-				if !ok {
-					return Entry{}, errSlowPath
-				}
-				e.Metadata = m
-			}
-		default:
-			return Entry{}, errSlowPath
-		}
+	e := Entry{Seq: v.Seq, Epoch: v.Epoch, Role: commonString(v.Role), Content: string(v.Content), Time: v.Time}
+	if v.Meta != nil {
+		m, _, err := fastMap(v.Meta, 1)
 		if err != nil {
 			return Entry{}, err
 		}
-	}
-	if len(b) != 0 {
-		return Entry{}, errSlowPath
+		e.Metadata = m.(map[string]any)
 	}
 	return e, nil
 }
@@ -127,10 +92,16 @@ func fastString(b []byte) (string, []byte, error) {
 // fastCommon reads a str value that is most often one of common.
 func fastCommon(b []byte) (string, []byte, error) {
 	p, b, err := fastBytes(b)
+	return commonString(p), b, err
+}
+
+// commonString is p as a string, without allocating when it is one of
+// common.
+func commonString(p []byte) string {
 	if s, ok := common[string(p)]; ok {
-		return s, b, err
+		return s
 	}
-	return string(p), b, err
+	return string(p)
 }
 
 // fastBytes reads a str value's bytes (not copied).

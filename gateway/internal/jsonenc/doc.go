@@ -14,6 +14,11 @@
 //   - AppendMessage, AppendAck, AppendDelta, AppendBatch: the frames (a
 //     message, or an element of a history_batch; an ack; a delta; a
 //     history_batch).
+//   - AppendStored: an element of a history_batch straight from the
+//     entry's stored msgpack bytes, byte for byte what AppendMessage
+//     writes from the decoded entry (TestStoredIsTheDecodedMessage and
+//     FuzzStoredIsTheDecodedMessage hold it), or a refusal that leaves
+//     the entry to the decoder.
 //   - AppendString, AppendFloat, AppendValue: JSON values, written as
 //     encoding/json writes them.
 package jsonenc

@@ -2,6 +2,7 @@ package jsonenc
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -62,19 +63,43 @@ func AppendDelta(b []byte, d wire.Delta) []byte {
 	return append(b, '}')
 }
 
-// AppendBatch writes a history_batch frame: msgs, with the count of older
-// entries left out and, when there is one, a summary of them.
-func AppendBatch(b []byte, msgs []record.Entry, omitted uint64, summary string) []byte {
+// AppendBatch writes a history_batch frame: the entries stored (as the
+// log stores them, oldest first), then msgs, with the count of older
+// entries left out and, when there is one, a summary of them. It fails
+// only on a stored entry no decoder reads.
+func AppendBatch(b []byte, stored []record.RawEntry, msgs []record.Entry, omitted uint64, summary string) ([]byte, error) {
 	b = append(b, `{"type":"history_batch","messages":[`...)
-	for i := range msgs {
+	for i := range stored {
 		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = AppendStored(b, stored[i].Bytes); !ok {
+			e, err := stored[i].Decode()
+			if err != nil {
+				return b, fmt.Errorf("entry %d: %w", stored[i].Seq, err)
+			}
+			b = AppendMessage(b, &e, "")
+		}
+	}
+	for i := range msgs {
+		if i > 0 || len(stored) > 0 {
 			b = append(b, ',')
 		}
 		b = AppendMessage(b, &msgs[i], "")
 	}
 	var first, last uint64
-	if n := len(msgs); n > 0 {
-		first, last = msgs[0].Seq, msgs[n-1].Seq
+	switch {
+	case len(stored) > 0:
+		first = stored[0].Seq
+	case len(msgs) > 0:
+		first = msgs[0].Seq
+	}
+	switch {
+	case len(msgs) > 0:
+		last = msgs[len(msgs)-1].Seq
+	case len(stored) > 0:
+		last = stored[len(stored)-1].Seq
 	}
 	b = append(b, `],"first_seq":`...)
 	b = strconv.AppendUint(b, first, 10)
@@ -88,7 +113,7 @@ func AppendBatch(b []byte, msgs []record.Entry, omitted uint64, summary string) 
 	} else {
 		b = AppendString(b, summary)
 	}
-	return append(b, '}')
+	return append(b, '}'), nil
 }
 
 // AppendValue writes a value decoded from JSON or msgpack; what has no

@@ -1,0 +1,220 @@
+package record
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// Replays send stored entries to clients as they are, without decoding
+// them into Go values first: a View is an entry's fields pointing into its
+// stored bytes, and ReadToken walks its metadata one msgpack item at a
+// time. Both understand only the forms the log itself writes; on anything
+// else they return ErrNotPlain and the caller decodes the entry
+// (DecodeEntry), which reads every form.
+
+// ErrNotPlain: the bytes use a form the views do not read (an extension
+// type, binary data, a key that is not a string, a field the
+// log does not write); DecodeEntry reads them.
+var ErrNotPlain = errors.New("record: entry needs the full decoder")
+
+// RawEntry is an entry as the log stores it: its msgpack bytes, and the
+// seq the log stored them under (which the bytes say too).
+type RawEntry struct {
+	Seq   uint64
+	Bytes []byte
+}
+
+// Size is roughly what the entry costs on the wire, for byte budgets (as
+// Entry.Size).
+func (r *RawEntry) Size() int { return 64 + len(r.Bytes) }
+
+// Decode decodes the entry.
+func (r *RawEntry) Decode() (Entry, error) { return DecodeEntry(r.Bytes) }
+
+// View is a stored entry's fields, pointing into its bytes (valid while
+// they are). Meta is the metadata's msgpack map, nil when it has none.
+type View struct {
+	Seq           uint64
+	Role, Content []byte
+	Time          float64
+	Meta          []byte
+	Epoch         uint64
+}
+
+// ViewEntry reads the fields of a stored entry in the form the log writes
+// it, without copying or allocating.
+func ViewEntry(b []byte) (View, error) {
+	var v View
+	n, b, err := fastMapLen(b)
+	if err != nil {
+		return View{}, ErrNotPlain
+	}
+	for range n {
+		var kb []byte
+		if kb, b, err = fastBytes(b); err != nil || len(kb) != 1 {
+			return View{}, ErrNotPlain
+		}
+		switch kb[0] {
+		case 'q':
+			v.Seq, b, err = fastUint(b)
+		case 'e':
+			v.Epoch, b, err = fastUint(b)
+		case 'r':
+			v.Role, b, err = fastBytes(b)
+		case 'c':
+			v.Content, b, err = fastBytes(b)
+		case 't':
+			if len(b) < 9 || b[0] != 0xcb {
+				return View{}, ErrNotPlain
+			}
+			v.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
+		case 'm':
+			if len(b) > 0 && b[0] == 0xc0 {
+				v.Meta, b = nil, b[1:]
+				break
+			}
+			start := b
+			if len(b) == 0 || !(b[0] >= 0x80 && b[0] <= 0x8f || b[0] == 0xde || b[0] == 0xdf) {
+				return View{}, ErrNotPlain
+			}
+			if b, err = SkipValue(b, 1); err == nil {
+				v.Meta = start[:len(start)-len(b)]
+			}
+		default:
+			return View{}, ErrNotPlain
+		}
+		if err != nil {
+			return View{}, ErrNotPlain
+		}
+	}
+	if len(b) != 0 || v.Seq == 0 {
+		return View{}, ErrNotPlain
+	}
+	return v, nil
+}
+
+// Kind is the kind of one msgpack item.
+type Kind uint8
+
+// The kinds ReadToken reads.
+const (
+	KindNil Kind = iota
+	KindBool
+	KindInt     // Int holds it
+	KindUint    // Uint holds it
+	KindFloat   // a float64
+	KindFloat32 // Float holds it, widened
+	KindString
+	KindArray // N elements follow
+	KindMap   // N key/value pairs follow
+)
+
+// Token is one msgpack item as ReadToken reads it.
+type Token struct {
+	Kind  Kind
+	Bool  bool
+	Int   int64
+	Uint  uint64
+	Float float64
+	Str   []byte // not copied
+	N     int    // of an array or a map
+}
+
+// ReadToken reads one item from b: a scalar, or the header of an array or
+// a map (whose N items follow). Lengths are checked against the bytes
+// there; nesting is the caller's to bound.
+func ReadToken(b []byte) (Token, []byte, error) {
+	if len(b) == 0 {
+		return Token{}, nil, ErrNotPlain
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f:
+		return Token{Kind: KindUint, Uint: uint64(c)}, b[1:], nil
+	case c >= 0xe0:
+		return Token{Kind: KindInt, Int: int64(int8(c))}, b[1:], nil
+	case c >= 0xa0 && c <= 0xbf, c >= 0xd9 && c <= 0xdb:
+		s, rest, err := fastBytes(b)
+		if err != nil {
+			return Token{}, nil, ErrNotPlain
+		}
+		return Token{Kind: KindString, Str: s}, rest, nil
+	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
+		n, rest, err := fastMapLen(b)
+		if err != nil || n > len(rest)/2 { // a pair takes two bytes at least
+			return Token{}, nil, ErrNotPlain
+		}
+		return Token{Kind: KindMap, N: n}, rest, nil
+	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
+		n, rest := int(c&0x0f), b[1:]
+		switch {
+		case c == 0xdc && len(b) >= 3:
+			n, rest = int(binary.BigEndian.Uint16(b[1:3])), b[3:]
+		case c == 0xdd && len(b) >= 5:
+			n, rest = int(binary.BigEndian.Uint32(b[1:5])), b[5:]
+		case c != 0xdc && c != 0xdd:
+		default:
+			return Token{}, nil, ErrNotPlain
+		}
+		if n < 0 || n > len(rest) { // an element takes a byte at least
+			return Token{}, nil, ErrNotPlain
+		}
+		return Token{Kind: KindArray, N: n}, rest, nil
+	case c == 0xc0:
+		return Token{Kind: KindNil}, b[1:], nil
+	case c == 0xc2, c == 0xc3:
+		return Token{Kind: KindBool, Bool: c == 0xc3}, b[1:], nil
+	}
+	size := 0
+	switch c {
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2, 0xca:
+		size = 4
+	case 0xcf, 0xd3, 0xcb:
+		size = 8
+	}
+	if size == 0 || len(b) < 1+size {
+		return Token{}, nil, ErrNotPlain
+	}
+	var u uint64
+	for _, x := range b[1 : 1+size] {
+		u = u<<8 | uint64(x)
+	}
+	rest := b[1+size:]
+	switch c {
+	case 0xcc, 0xcd, 0xce, 0xcf:
+		return Token{Kind: KindUint, Uint: u}, rest, nil
+	case 0xcb:
+		return Token{Kind: KindFloat, Float: math.Float64frombits(u)}, rest, nil
+	case 0xca:
+		return Token{Kind: KindFloat32, Float: float64(math.Float32frombits(uint32(u)))}, rest, nil
+	}
+	shift := 64 - 8*size // sign-extend the big-endian integer
+	return Token{Kind: KindInt, Int: int64(u<<shift) >> shift}, rest, nil
+}
+
+// SkipValue skips one item (with everything nested in it) of the forms
+// ReadToken reads; depth is how deeply it is nested, at most MaxReadDepth.
+func SkipValue(b []byte, depth int) ([]byte, error) {
+	if depth > MaxReadDepth {
+		return nil, ErrNotPlain
+	}
+	t, b, err := ReadToken(b)
+	if err != nil {
+		return nil, err
+	}
+	n := t.N
+	if t.Kind == KindMap {
+		n *= 2
+	}
+	for range n {
+		if b, err = SkipValue(b, depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
