@@ -284,9 +284,19 @@ func (s *Machine) closeAll(why CloseReason, msg string) {
 // 1012), cannot be stored now (retry, 1013), or failed (1011).
 func (s *Machine) fail(err error) {
 	s.failed = true
+	// A close held behind an append (a shutdown, a completion) is owed to
+	// a client no longer in conns: dropped with the rest of held, it
+	// would leave that client waiting on a session nobody serves. Those
+	// clients are closed as the failure says, as the attached ones are.
+	conns := slices.Clone(s.conns)
+	for _, h := range s.held {
+		if cc, ok := h.eff.(CloseConn); ok && cc.Conn != nil && !slices.Contains(conns, cc.Conn) {
+			conns = append(conns, cc.Conn)
+		}
+	}
 	s.held = nil
 	moved := errors.Is(err, record.ErrStaleEpoch) || errors.Is(err, record.ErrNotClaimed)
-	for _, c := range s.conns {
+	for _, c := range conns {
 		switch {
 		case moved:
 			s.now(CloseConn{Conn: c, Why: CloseShutdown, Msg: "the session moved to another node; reconnect"})
@@ -298,7 +308,7 @@ func (s *Machine) fail(err error) {
 			s.now(CloseConn{Conn: c, Why: CloseInternal, Msg: "internal error"})
 		}
 	}
-	s.now(Fail{Err: err, Moved: moved, Interrupt: !moved && len(s.conns) > 0})
+	s.now(Fail{Err: err, Moved: moved, Interrupt: !moved && len(conns) > 0})
 	s.conns = nil
 }
 

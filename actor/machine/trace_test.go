@@ -27,7 +27,7 @@ import (
 //	detach conn=c
 //	send conn=c id=m [content=text] [interrupt]
 //	checked id=m conn=c [seq=n]        the answer to a LookupSend
-//	appended id=n [err=text]
+//	appended id=n [err=text|stale]
 //	step-done user=n [reply=text] [call=name [approval]] [err=text]   (of the newest step)
 //	part text=t                        (of the newest step)
 //	tool-done call=id [result=text] [err=text]
@@ -130,7 +130,11 @@ func (tr *tracer) event(t *testing.T, td *datadriven.TestData) Event {
 	case "appended":
 		td.ScanArgs(t, "id", &n)
 		var err error
-		if e := tr.str(td, "err", ""); e != "" {
+		switch e := tr.str(td, "err", ""); e {
+		case "":
+		case "stale": // another node fenced this one: the session moved
+			err = fmt.Errorf("fenced: %w", record.ErrStaleEpoch)
+		default:
 			err = fmt.Errorf("%s", e)
 		}
 		return Appended{ID: n, Err: err}
