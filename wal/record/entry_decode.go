@@ -67,6 +67,33 @@ func decodeEntryFast(b []byte) (Entry, error) {
 	return e, nil
 }
 
+// sizedNumber reads a sized integer or float's marker c and its
+// big-endian bits u (not sign-extended); ok is false for anything else.
+func sizedNumber(b []byte) (c byte, u uint64, rest []byte, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, nil, false
+	}
+	c = b[0]
+	var size int
+	switch c {
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2, 0xca:
+		size = 4
+	case 0xcf, 0xd3, 0xcb:
+		size = 8
+	}
+	if size == 0 || len(b) < 1+size {
+		return 0, 0, nil, false
+	}
+	for _, x := range b[1 : 1+size] {
+		u = u<<8 | uint64(x)
+	}
+	return c, u, b[1+size:], true
+}
+
 // fastMapLen reads a map header.
 func fastMapLen(b []byte) (int, []byte, error) {
 	if len(b) == 0 {
@@ -182,25 +209,9 @@ func fastValue(b []byte, depth int) (any, []byte, error) {
 // fastNumber reads a sized integer or a float, as the Go type msgpack's
 // DecodeInterface gives it.
 func fastNumber(b []byte) (any, []byte, error) {
-	c := b[0]
-	var size int
-	switch c {
-	case 0xcc, 0xd0:
-		size = 1
-	case 0xcd, 0xd1:
-		size = 2
-	case 0xce, 0xd2, 0xca:
-		size = 4
-	case 0xcf, 0xd3, 0xcb:
-		size = 8
-	}
-	if size == 0 || len(b) < 1+size {
+	c, u, rest, ok := sizedNumber(b)
+	if !ok {
 		return nil, nil, errSlowPath
-	}
-	p, rest := b[1:1+size], b[1+size:]
-	var u uint64
-	for _, x := range p {
-		u = u<<8 | uint64(x)
 	}
 	switch c {
 	case 0xcc:

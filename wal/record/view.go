@@ -166,25 +166,10 @@ func ReadToken(b []byte) (Token, []byte, error) {
 	case c == 0xc2, c == 0xc3:
 		return Token{Kind: KindBool, Bool: c == 0xc3}, b[1:], nil
 	}
-	size := 0
-	switch c {
-	case 0xcc, 0xd0:
-		size = 1
-	case 0xcd, 0xd1:
-		size = 2
-	case 0xce, 0xd2, 0xca:
-		size = 4
-	case 0xcf, 0xd3, 0xcb:
-		size = 8
-	}
-	if size == 0 || len(b) < 1+size {
+	c, u, rest, ok := sizedNumber(b)
+	if !ok {
 		return Token{}, nil, ErrNotPlain
 	}
-	var u uint64
-	for _, x := range b[1 : 1+size] {
-		u = u<<8 | uint64(x)
-	}
-	rest := b[1+size:]
 	switch c {
 	case 0xcc, 0xcd, 0xce, 0xcf:
 		return Token{Kind: KindUint, Uint: u}, rest, nil
@@ -193,7 +178,7 @@ func ReadToken(b []byte) (Token, []byte, error) {
 	case 0xca:
 		return Token{Kind: KindFloat32, Float: float64(math.Float32frombits(uint32(u)))}, rest, nil
 	}
-	shift := 64 - 8*size // sign-extend the big-endian integer
+	shift := 64 - 8*(len(b)-len(rest)-1) // sign-extend the big-endian integer
 	return Token{Kind: KindInt, Int: int64(u<<shift) >> shift}, rest, nil
 }
 
