@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +47,11 @@ type conn struct {
 	closing bool      // a close was requested: nothing more is queued
 	stopped bool      // the writer side is finished: no writer may start
 	ping    bool      // a websocket ping is due
-	code    int       // the close code sent, for metrics
+	// behind is set once the client fell past its byte budget: the
+	// writer's blocked write is cut short, and the close frame goes out
+	// in the room package cork kept for it.
+	behind bool
+	code   int // the close code sent, for metrics
 	// lastDelta is the newest queued frame when it is a delta the writer
 	// has not taken yet: the next part of the same reply is merged into
 	// it, so a client slower than the parts come gets fewer, larger ones.
@@ -162,9 +168,12 @@ func (c *conn) enqueue(b []byte, bp *[]byte, d *machine.DeltaOut) {
 	if c.bytes+len(b) > c.srv.cfg.MaxQueueBytes && c.bytes > 0 {
 		// Drop what waits: it is all in the log, and the client resumes.
 		c.queue, c.owned = nil, nil
-		c.closing = true
+		c.closing, c.behind = true, true
 		c.final = &closeReq{wire.CloseTryAgain, "client fell too far behind; resume to get the rest"}
 		c.srv.metrics.slow.Inc()
+		if c.writing && c.cork != nil {
+			_ = c.cork.SetWriteDeadline(time.Now()) // the writer is stuck behind a client that does not read
+		}
 	} else {
 		if c.queue == nil {
 			c.queue = make([][]byte, 0, 4) // a send's ack and entries: one allocation
@@ -267,10 +276,10 @@ func (c *conn) writeLoop() {
 			c.final = nil
 		}
 		c.mu.Unlock()
-		ok := c.writeFrames(frames, ping)
+		err := c.writeFrames(frames, ping)
 		c.release(owned)
-		if !ok {
-			c.stopWriting()
+		if err != nil {
+			c.stalled(err)
 			return
 		}
 		n := 0
@@ -288,8 +297,30 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// stalled ends the writer after a failed write. A client that stopped
+// reading (the write's deadline passed, or the byte budget cut it short)
+// still gets its close frame, 1013 unless another close was asked for:
+// package cork kept room for it. Any other failure drops the socket.
+func (c *conn) stalled(err error) {
+	if c.cork == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.ws.Close()
+		c.stopWriting()
+		return
+	}
+	c.mu.Lock()
+	final := c.final
+	if final == nil {
+		final = &closeReq{wire.CloseTryAgain, "client stopped reading; resume to get the rest"}
+		c.srv.metrics.slow.Inc()
+	}
+	c.queue, c.owned, c.final, c.closing = nil, nil, nil, true
+	c.mu.Unlock()
+	c.writeClose(*final)
+	c.stopWriting()
+}
+
 // writeFrames puts frames (and a ping) on the wire with one write.
-func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
+func (c *conn) writeFrames(frames [][]byte, ping bool) error {
 	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
 	var err error
 	if c.cork == nil {
@@ -313,18 +344,18 @@ func (c *conn) writeFrames(frames [][]byte, ping bool) bool {
 		}
 		if err == nil {
 			c.cork.Text(frames)
+			c.mu.Lock() // enqueue cuts a write short under mu (behind)
+			if c.behind {
+				deadline = time.Now()
+			}
 			err = c.cork.SetWriteDeadline(deadline)
+			c.mu.Unlock()
 		}
 		if uerr := c.cork.Uncork(); err == nil {
 			err = uerr
 		}
 	}
-	if err != nil {
-		// The peer is gone or stuck past the write timeout: drop it.
-		c.ws.Close()
-		return false
-	}
-	return true
+	return err
 }
 
 // writeClose sends the close frame, then gives the peer closeGrace to
@@ -339,8 +370,15 @@ func (c *conn) writeClose(cr closeReq) {
 	if answered {
 		return
 	}
+	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
+	if c.cork != nil {
+		if err := c.cork.Finish(deadline); err != nil {
+			c.ws.Close()
+			return
+		}
+	}
 	msg := websocket.FormatCloseMessage(cr.code, truncateReason(cr.reason))
-	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
+	if err := c.ws.WriteControl(websocket.CloseMessage, msg, deadline); err != nil {
 		c.ws.Close()
 		return
 	}

@@ -2,8 +2,10 @@ package cork
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -24,8 +26,23 @@ func (l Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A socket that holds little unsent keeps room for a close frame
+	// (Finish); where the option is missing, nothing changes.
+	_ = setNotSentLimit(c, NotSentLimit)
 	return &Conn{Conn: c, pool: l.Pool}, nil
 }
+
+// NotSentLimit is how many bytes the kernel may hold that it has not yet
+// sent (TCP_NOTSENT_LOWAT, Linux): a write blocks beyond it. A client that
+// reads keeps that figure near zero, whatever its link's speed (bytes in
+// flight do not count, and the send buffer still grows with the link), so
+// only a client that stopped reading meets the limit, and its socket is
+// then far from full: Finish can still put a close frame on it.
+const NotSentLimit = 32 << 10
+
+// errNoSocket: the connection is not a socket of this system (a TLS
+// connection wraps one).
+var errNoSocket = errors.New("cork: not a socket")
 
 // Unwrap returns the connection under c when c is a Conn, c otherwise.
 func Unwrap(c net.Conn) net.Conn {
@@ -44,6 +61,11 @@ type Conn struct {
 	mu     sync.Mutex
 	corked bool
 	buf    []byte
+	// ends are where the gathered units (frames) end in buf, and torn is
+	// what the peer lacks of the unit a failed Uncork left half written:
+	// the stream is a frame short until Finish writes it. Writer only.
+	ends []int
+	torn []byte
 	// writes counts the writes that reached the socket (tests).
 	writes int
 	// frames follows what gorilla reads (idle.go); reader goroutine only.
@@ -85,6 +107,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	if c.corked {
 		c.buf = append(c.buf, p...)
+		c.ends = append(c.ends, len(c.buf)) // gorilla writes a frame a call
 		c.mu.Unlock()
 		return len(p), nil
 	}
@@ -112,6 +135,7 @@ func (c *Conn) Text(payloads [][]byte) {
 	defer c.mu.Unlock()
 	for _, p := range payloads {
 		c.buf = appendTextFrame(c.buf, p)
+		c.ends = append(c.ends, len(c.buf))
 	}
 }
 
@@ -131,23 +155,65 @@ func appendTextFrame(b, p []byte) []byte {
 	return append(b, p...)
 }
 
-// Uncork writes what was gathered, with one write.
+// Uncork writes what was gathered, with one write. When the write fails
+// part way (its deadline passed: the peer stopped reading), the rest of
+// the frame it was in is kept for Finish.
 func (c *Conn) Uncork() error {
 	c.mu.Lock()
-	buf := c.buf
-	c.corked, c.buf = false, nil
+	buf, ends := c.buf, c.ends
+	c.corked, c.buf, c.ends = false, nil, ends[:0]
 	if len(buf) > 0 {
 		c.writes++
 	}
 	c.mu.Unlock()
 	var err error
 	if len(buf) > 0 {
-		_, err = c.Conn.Write(buf)
+		var n int
+		n, err = c.Conn.Write(buf)
+		if err != nil {
+			c.tear(buf, ends, n)
+		}
 	}
 	if cap(buf) <= 256<<10 {
 		buf = buf[:0]
 		c.pool.Put(&buf)
 	}
+	return err
+}
+
+// tear keeps what the peer lacks of the frame the write of buf stopped
+// in after n bytes.
+func (c *Conn) tear(buf []byte, ends []int, n int) {
+	if n == 0 {
+		return // no frame begun
+	}
+	for _, end := range ends {
+		if end == n {
+			return // it stopped between frames
+		}
+		if end > n {
+			c.torn = append(c.torn[:0], buf[n:end]...)
+			return
+		}
+	}
+}
+
+// Finish readies the socket for the connection's last frame, the close
+// frame gorilla writes next: it lifts NotSentLimit, so the room the limit
+// kept is the close frame's, and writes the rest of any frame a failed
+// Uncork tore, by deadline, so that the close frame starts on a frame's
+// boundary. Writer only.
+func (c *Conn) Finish(deadline time.Time) error {
+	_ = setNotSentLimit(c.Conn, 0)
+	if len(c.torn) == 0 {
+		return nil
+	}
+	torn := c.torn
+	c.torn = nil
+	if err := c.Conn.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	_, err := c.Conn.Write(torn)
 	return err
 }
 

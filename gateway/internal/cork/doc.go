@@ -8,6 +8,14 @@
 // connection's one writer goroutine corks, and it sets the write deadline
 // once per corked batch.
 //
+// Room for the close frame (cork.go, notsent_linux.go). Every accepted
+// socket may hold only NotSentLimit bytes the kernel has not sent
+// (TCP_NOTSENT_LOWAT): a client that reads never meets the limit, and one
+// that stopped reading leaves its socket far from full, so a close frame
+// still fits. A write cut short leaves the rest of its frame for Finish,
+// which writes it before the close frame. Invariant: the connection's
+// last frame is written after Finish.
+//
 // Idle waits (idle.go). Between messages the reader waits for the socket
 // to become readable itself (WaitIdle), one call below its read loop, so
 // that an idle connection's goroutine stack shrinks to 2 KiB instead of
@@ -20,5 +28,5 @@
 //
 // The exported surface: Listener (wraps accepted connections; Pool holds
 // the gathering buffers), Conn (Start, Idle, WaitIdle, Cork, Text,
-// Uncork, Writes), Unwrap.
+// Uncork, Finish, Writes), NotSentLimit, Unwrap.
 package cork
