@@ -29,6 +29,9 @@ func (r *Registry) activate(ctx context.Context, a *actor) error {
 	}
 	a.s, a.epoch = s, d.Header.Epoch
 	r.activations.Add(1)
+	if h, ok := r.takeSleepers(a.sid); ok {
+		a.post(machine.Rejoin(h))
+	}
 	a.post(machine.Start{})
 	return nil
 }

@@ -27,9 +27,10 @@ type actor struct {
 	startErr error
 
 	mu       sync.Mutex
-	queue    []machine.Event // the mailbox
-	running  bool            // a goroutine is draining the mailbox
-	stopped  bool            // the actor is gone: posts are refused
+	queue    []machine.Event    // the mailbox
+	running  bool               // a goroutine is draining the mailbox
+	stopped  bool               // the actor is gone: posts are refused
+	sleep    *machine.Hibernate // it stopped by hibernating, keeping these
 	notFull  chan struct{}
 	done     chan struct{} // closed when the actor is gone
 	deadline atomic.Int64  // unix nanos of s.Deadline(), 0 for none
@@ -229,6 +230,8 @@ func (a *actor) run(effs []machine.Effect) {
 			a.fail(e)
 		case machine.Stop:
 			a.stopping = true
+		case machine.Hibernate:
+			a.hibernate(e)
 		default:
 			// A bug (TestEveryEventAndEffectHandled guards against it):
 			// the session shuts down rather than run without the effect.
@@ -303,7 +306,12 @@ func (a *actor) finish() {
 	if err := a.reg.cfg.Journal.Release(ctx, a.sid, a.epoch); err != nil && !errors.Is(err, context.Canceled) {
 		a.reg.log.Warn("release session", "session", a.sid, "err", err)
 	}
-	a.reg.remove(a)
+	if a.sleep != nil {
+		a.s, a.first = nil, nil // what the hibernation frees
+		a.reg.fallAsleep(a)
+	} else {
+		a.reg.remove(a)
+	}
 	close(a.done)
 }
 

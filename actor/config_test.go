@@ -20,7 +20,8 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Store == nil || c.Window != 5*time.Minute || c.Retention != time.Hour || c.IdleTimeout != 2*time.Minute ||
 		c.ReplayLimit != 50 || c.TailEntries != 64 || c.TailBytes != 256<<10 || c.MaxBatchBytes != 1<<20 ||
 		c.MaxTurns != 64 || c.MaxContextBytes != 64<<10 || c.MaxSessionsPerUser != 100 || c.MailboxSize != 16 ||
-		c.TickInterval != time.Second || c.SweepInterval != time.Minute || c.Clock == nil || c.NewID == nil {
+		c.TickInterval != time.Second || c.SweepInterval != time.Minute || c.Clock == nil || c.NewID == nil ||
+		c.HibernateAfter != 10*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 	if id := c.NewID(); len(id) != 26 || wal.CheckID(id) != nil {

@@ -22,7 +22,9 @@
 // reads its state.
 //
 // The Registry (registry.go, open.go, activate.go, recover.go) activates
-// actors on demand from the log, passivates idle ones, recovers what a
+// actors on demand from the log, passivates idle ones, lets quiet ones
+// hibernate with their clients attached (hibernate.go: only the
+// connections stay; the next frame wakes the session), recovers what a
 // previous run left at boot (in the background: Recovered says when),
 // runs the deadline ticks, liveness mark and retention sweep on its
 // Clock, and answers hellos: Resume and Create are separate, and the

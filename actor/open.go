@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/actor/machine"
@@ -62,7 +63,9 @@ var _ Session = (*Handle)(nil)
 // Handle is a connection's way to its session's actor. Requests are
 // queued to the actor; answers reach the client through its Conn.
 type Handle struct {
-	a         *actor
+	reg *Registry
+	// a is the session's actor; after it hibernated, the one that woke it.
+	a         atomic.Pointer[actor]
 	conn      machine.Conn
 	SessionID string
 	// Reason is the hello's outcome: resumed, or why a new session was made.
@@ -120,7 +123,7 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 		case res.Err != nil:
 			return nil, res.Err
 		}
-		return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: machine.ReasonResumed}, nil
+		return r.handle(a, req.Conn, machine.ReasonResumed), nil
 	}
 	return nil, ErrGone
 }
@@ -164,7 +167,13 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Handle{a: a, conn: req.Conn, SessionID: a.sid, Reason: reason}, nil
+	return r.handle(a, req.Conn, reason), nil
+}
+
+func (r *Registry) handle(a *actor, c machine.Conn, reason string) *Handle {
+	h := &Handle{reg: r, conn: c, SessionID: a.sid, Reason: reason}
+	h.a.Store(a)
+	return h
 }
 
 // reserve counts a new live session for user, unless the user is at the
@@ -209,40 +218,48 @@ func (r *Registry) attach(ctx context.Context, a *actor, ev machine.Attach) (mac
 
 // Send queues a client send. metadata may be nil.
 func (h *Handle) Send(ctx context.Context, id, content string, metadata map[string]any) error {
-	return h.a.postWait(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata})
+	return h.post(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata})
 }
 
 // Interrupt is Send with interrupt: the running turn is cancelled, then
 // this message is answered with everything so far.
 func (h *Handle) Interrupt(ctx context.Context, id, content string, metadata map[string]any) error {
-	return h.a.postWait(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata, Interrupt: true})
+	return h.post(ctx, machine.Send{Conn: h.conn, ID: id, Content: content, Metadata: metadata, Interrupt: true})
 }
 
 // Cancel stops the turn answering user entry replyTo (0: the one running).
 func (h *Handle) Cancel(ctx context.Context, replyTo uint64) error {
-	return h.a.postWait(ctx, machine.Cancel{Conn: h.conn, ReplyTo: replyTo})
+	return h.post(ctx, machine.Cancel{Conn: h.conn, ReplyTo: replyTo})
 }
 
 // Approve decides on the tool call callID, which awaits approval.
 func (h *Handle) Approve(ctx context.Context, callID string, approved bool) error {
-	return h.a.postWait(ctx, machine.Approve{Conn: h.conn, CallID: callID, Approved: approved})
+	return h.post(ctx, machine.Approve{Conn: h.conn, CallID: callID, Approved: approved})
 }
 
 // History asks for up to limit entries before seq before (0: the end).
 func (h *Handle) History(ctx context.Context, before uint64, limit int) error {
-	return h.a.postWait(ctx, machine.HistoryRequest{Conn: h.conn, Before: before, Limit: limit})
+	return h.post(ctx, machine.HistoryRequest{Conn: h.conn, Before: before, Limit: limit})
 }
 
 // SetContext merges set into the user context; a nil value deletes a key.
 func (h *Handle) SetContext(ctx context.Context, set map[string]any) error {
-	return h.a.postWait(ctx, machine.SetContext{Conn: h.conn, Set: set})
+	return h.post(ctx, machine.SetContext{Conn: h.conn, Set: set})
 }
 
 // Complete ends the session for good.
 func (h *Handle) Complete(ctx context.Context) error {
-	return h.a.postWait(ctx, machine.Complete{Conn: h.conn})
+	return h.post(ctx, machine.Complete{Conn: h.conn})
 }
 
 // Detach tells the actor the connection is gone; the reconnect window
 // starts now. It never blocks.
-func (h *Handle) Detach() { h.a.post(machine.Detach{Conn: h.conn}) }
+func (h *Handle) Detach() {
+	if a := h.a.Load(); !a.post(machine.Detach{Conn: h.conn}) && a.slept() {
+		h.detachAsleep()
+	}
+}
+
+// detachWakeTimeout bounds the wake of a hibernated session whose last
+// connection went away.
+const detachWakeTimeout = 10 * time.Second

@@ -54,6 +54,12 @@ type Config struct {
 	// IdleTimeout passivates an actor with no connection and no turn in
 	// flight for this long; its state stays in the log. Default 2m.
 	IdleTimeout time.Duration
+	// HibernateAfter lets a session whose clients are attached but quiet
+	// (no frame, no turn, nothing in flight) leave memory after this
+	// long: only the connections stay, and the next frame wakes the
+	// session with one read of the log (hibernate.go). Default 10s;
+	// negative never.
+	HibernateAfter time.Duration
 	// ReauthMaxAge is how old a token's auth_time may be to resume a
 	// sensitive session. Default 5m.
 	ReauthMaxAge time.Duration
@@ -86,9 +92,9 @@ type Config struct {
 	// had already ended. Default 1s.
 	AliveInterval time.Duration
 	// TickInterval is how often the registry looks for actors whose
-	// deadline (window end, passivation) has come. Default 1s, or a tenth
-	// of the shortest of Window and IdleTimeout if that is less (at least
-	// 5ms).
+	// deadline (window end, passivation, hibernation) has come. Default
+	// 1s, or a tenth of the shortest of Window, IdleTimeout and
+	// HibernateAfter if that is less (at least 5ms).
 	TickInterval time.Duration
 	// Clock is the source of time. Default the wall clock.
 	Clock Clock
@@ -122,6 +128,9 @@ func (c *Config) setDefaults() error {
 	def(&c.IdleTimeout, 2*time.Minute)
 	def(&c.ReauthMaxAge, 5*time.Minute)
 	def(&c.AliveInterval, time.Second)
+	if c.HibernateAfter == 0 {
+		c.HibernateAfter = 10 * time.Second
+	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = 50 * time.Millisecond
 	}
@@ -130,6 +139,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = max(min(time.Second, c.Window/10, c.IdleTimeout/10), 5*time.Millisecond)
+		if c.HibernateAfter > 0 {
+			c.TickInterval = max(min(c.TickInterval, c.HibernateAfter/10), 5*time.Millisecond)
+		}
 	}
 	defInt := func(n *int, v int) {
 		if *n <= 0 {
@@ -163,6 +175,8 @@ func (c *Config) setDefaults() error {
 // Stats are the registry's counters.
 type Stats struct {
 	Active       int    // actors in memory
+	Asleep       int    // hibernated sessions: their connections open, nothing else in memory
+	Hibernations uint64 // sessions that left memory with their connections kept
 	Activations  uint64 // sessions loaded from the log or created
 	Passivations uint64 // actors stopped (idle, expired, completed)
 	ToolRuns     uint64
@@ -183,6 +197,9 @@ type Registry struct {
 	live   map[string]int // live sessions per user, for MaxSessionsPerUser
 	timers map[string]Timer
 	closed bool
+	// asleep holds what a hibernated session kept: its connections and
+	// the newest seq they were shown (hibernate.go).
+	asleep map[string]machine.Hibernate
 
 	// The boot pass (recover.go): sessions a previous run left that are
 	// not yet recovered, recoveries clients started meanwhile, and the
@@ -196,6 +213,7 @@ type Registry struct {
 	wg                        sync.WaitGroup // actor goroutines, jobs, helpers
 	workers                   *workers.Pool  // runs actors' drains on grown stacks
 	activations, passivations atomic.Uint64
+	hibernations              atomic.Uint64
 	toolRuns, corrupted       atomic.Uint64
 	closeOnce                 sync.Once
 	closeErr                  error
@@ -211,6 +229,7 @@ func New(cfg Config) (*Registry, error) {
 	r := &Registry{
 		cfg: cfg, clock: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxActivations),
 		actors: make(map[string]*actor), live: make(map[string]int), timers: make(map[string]Timer),
+		asleep:  make(map[string]machine.Hibernate),
 		workers: workers.New(workers.Config{}),
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
@@ -250,6 +269,7 @@ func (r *Registry) Close() error {
 		for _, a := range actors {
 			<-a.done
 		}
+		r.closeAsleep(machine.CloseShutdown, "node shutting down")
 		r.stop()
 		r.wg.Wait()
 		_ = r.workers.Close() // every drain has ended (r.wg): it only stops parked goroutines
@@ -279,9 +299,12 @@ func isClosed(ch <-chan struct{}) bool {
 // Stats returns the registry's counters.
 func (r *Registry) Stats() Stats {
 	r.mu.Lock()
-	n := len(r.actors)
+	n, asleep := len(r.actors), len(r.asleep)
 	r.mu.Unlock()
-	return Stats{Active: n, Activations: r.activations.Load(), Passivations: r.passivations.Load(), ToolRuns: r.toolRuns.Load(), Corrupt: r.corrupted.Load()}
+	return Stats{
+		Active: n, Asleep: asleep, Activations: r.activations.Load(), Passivations: r.passivations.Load(),
+		Hibernations: r.hibernations.Load(), ToolRuns: r.toolRuns.Load(), Corrupt: r.corrupted.Load(),
+	}
 }
 
 // NewID returns a fresh session id (Config.NewID).
@@ -289,7 +312,7 @@ func (r *Registry) NewID() string { return r.cfg.NewID() }
 
 func (r *Registry) sessionConfig() machine.Config {
 	sc := machine.Config{
-		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge,
+		Window: r.cfg.Window, IdleTimeout: r.cfg.IdleTimeout, ReauthMaxAge: r.cfg.ReauthMaxAge, HibernateAfter: max(r.cfg.HibernateAfter, 0),
 		MaxTurns: r.cfg.MaxTurns, MaxConns: r.cfg.MaxConns, MaxContextBytes: r.cfg.MaxContextBytes,
 		ReplayLimit: r.cfg.ReplayLimit, TailEntries: r.cfg.TailEntries, TailBytes: r.cfg.TailBytes, Tool: r.cfg.Engine.Tool,
 		FlushInterval: max(r.cfg.FlushInterval, 0),
@@ -358,6 +381,16 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 				if errors.Is(a.startErr, errIdle) {
 					continue // the boot pass's placeholder: activate afresh
 				}
+				if a.startErr == nil && a.gone() {
+					// Stopping (passivating, hibernating): wait until it
+					// has left, then activate afresh.
+					select {
+					case <-a.done:
+						continue
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
 				return a, a.startErr
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -397,6 +430,10 @@ func (r *Registry) start(ctx context.Context, a *actor, recovery, bootPass bool)
 	}
 	if err != nil {
 		a.startErr = err
+		if !errors.Is(err, errIdle) {
+			// The connections a hibernation kept have no session here now.
+			r.closeSleepers(a.sid, machine.CloseShutdown, "the session could not be loaded here; reconnect")
+		}
 		// It has no machine: whoever found it meanwhile (Close, Evict)
 		// must not be able to post to it.
 		a.mu.Lock()
@@ -446,12 +483,16 @@ func (r *Registry) ended(user string) {
 	}
 }
 
-// ActiveIDs returns the ids of the sessions whose actors are in memory.
+// ActiveIDs returns the ids of the sessions whose actors are in memory,
+// and of the hibernated ones (their clients are attached here).
 func (r *Registry) ActiveIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]string, 0, len(r.actors))
+	ids := make([]string, 0, len(r.actors)+len(r.asleep))
 	for sid := range r.actors {
+		ids = append(ids, sid)
+	}
+	for sid := range r.asleep {
 		ids = append(ids, sid)
 	}
 	return ids
@@ -460,11 +501,15 @@ func (r *Registry) ActiveIDs() []string {
 // Evict stops the session's actor, if one is in memory: its client is
 // told to reconnect (CloseShutdown: the session moved), its turn stops,
 // and Evict returns once the actor is gone — its appends done, its claim
-// released — so that another node may take the session over.
+// released — so that another node may take the session over. The clients
+// of a hibernated session are told the same.
 func (r *Registry) Evict(ctx context.Context, sid string) error {
 	r.mu.Lock()
 	a := r.actors[sid]
 	r.mu.Unlock()
+	// Whether it sleeps now or falls asleep while being stopped, its
+	// clients must not stay attached to a session that moved.
+	defer r.closeSleepers(sid, machine.CloseShutdown, "the session moved to another node; reconnect")
 	if a == nil {
 		return nil
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -35,8 +36,8 @@ const (
 // and stays connected, answering the server's pings. It reports:
 //
 //   - B/idle-session-rss: the server's RSS (from /proc) once the idle
-//     sessions are connected and the server has been quiet for a few
-//     seconds, minus its RSS when warmed up and quiet before them, per
+//     sessions are connected and hibernated and the server has been quiet
+//     for a few seconds, minus its RSS when warmed up and quiet before them, per
 //     session, with no forced GC: what a node that runs normally holds;
 //   - B/idle-session-rss-gc: the same, both readings taken after forcing
 //     three GCs through --pprof's heap endpoint (?gc=1) and leaving the
@@ -58,7 +59,9 @@ const (
 //     they are connected (same server, same run), and x-p99-idle, the
 //     second over the first.
 //
-// Run it once:
+// TETHER_SCALE_HEAP=path saves the server's heap profile (and its
+// goroutines' beside it) when the idle sessions are measured, before the
+// forced GC. Run it once:
 //
 //	TETHER_SCALE_SESSIONS=18000 go test -run '^$' -bench 'BenchmarkScale$' -benchtime 1x -timeout 30m ./bench/
 func BenchmarkScale(b *testing.B) {
@@ -133,10 +136,24 @@ func measureScale(b *testing.B, n int) scaleResult {
 	if err := waitMetric(b, srv, "tether_connections", float64(n), time.Minute); err != nil {
 		b.Fatal(err)
 	}
+	// Quiet sessions hibernate (--hibernate-after, 10 s by default): an
+	// idle session is measured as a node that runs normally holds it.
+	if err := waitMetric(b, srv, "tether_sessions_asleep", float64(n), 2*time.Minute); err != nil {
+		b.Fatal(err)
+	}
 	waitQuiet(b, srv)
 	r.full = srv.rss(b)
+	if path := os.Getenv("TETHER_SCALE_HEAP"); path != "" {
+		saveProfile(b, pprofAddr, "heap", path)
+		saveProfile(b, pprofAddr, "goroutine", path+".goroutines")
+		saveProfile(b, pprofAddr, "heap?debug=1", path+".txt")
+	}
 	forceGC(b, pprofAddr)
 	r.fullGC = srv.rss(b)
+	if path := os.Getenv("TETHER_SCALE_HEAP"); path != "" {
+		saveProfile(b, pprofAddr, "heap", path+".gc")
+		saveProfile(b, pprofAddr, "heap?debug=1", path+".gc.txt")
+	}
 	r.rss = float64(r.full-r.base) / float64(n)
 	r.rssGC = float64(r.fullGC-r.baseGC) / float64(n)
 
@@ -331,5 +348,23 @@ func TestScaleHarness(t *testing.T) {
 		if ps := ch.cmd.ProcessState; ps == nil || !ps.Exited() || ps.ExitCode() != 0 {
 			t.Errorf("child %s: not exited: %v", ch.src, ch.cmd.ProcessState)
 		}
+	}
+}
+
+// saveProfile writes the server's pprof profile name to path.
+func saveProfile(tb testing.TB, pprofAddr, name, path string) {
+	tb.Helper()
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/" + name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		tb.Fatal(err)
 	}
 }

@@ -9,10 +9,10 @@
 // (Attach, Send, Cancel, Approve, SetContext, Complete, HistoryRequest,
 // Detach) and what the runner reports back (Appended, StepDone, Part,
 // ToolDone, ToolProgress, SendChecked, Tick, Flush, Start, Recover,
-// Shutdown, Query). Effects (effects.go) are what the runner must do
-// (Append, Deliver, CloseConn, Replay, History, RunStep, RunTool,
+// Shutdown, Query, Rejoin). Effects (effects.go) are what the runner must
+// do (Append, Deliver, CloseConn, Replay, History, RunStep, RunTool,
 // LookupSend, FlushAfter, CancelTurn, Answer, Report, Ended, Fail,
-// Stop). Both sets are sealed, and a test proves every event has a case
+// Stop, Hibernate). Both sets are sealed, and a test proves every event has a case
 // in Step and every effect one in the runner.
 //
 // An effect carries everything the runner needs: the runner never reads
@@ -25,6 +25,11 @@
 // are held until the journal reports it durable (Appended), and the
 // in-memory tail (tail.go) takes entries only then. A failed append is
 // fail-stop: the machine closes its clients and emits Fail.
+//
+// Hibernation (hibernate.go): a session whose clients are attached but
+// quiet offers, on a Tick, to leave memory with their connections kept
+// (Hibernate); the activation that wakes it starts with a Rejoin that
+// attaches them again without a word to them.
 //
 // Its tests are tables of typed events and effects (*_test.go) and
 // traces (testdata/*.txt, run by TestMachineTraces with

@@ -247,6 +247,7 @@ func TestEveryEventAndEffectHandled(t *testing.T) {
 		"Approve":      func(_ *Machine, c Conn) Event { return Approve{Conn: c, CallID: "call-2", Approved: true} },
 		"Query":        func(*Machine, Conn) Event { return Query{Reply: make(chan View, 1)} },
 		"Recover":      func(*Machine, Conn) Event { return Recover{Boot: t0, LastAlive: t0} },
+		"Rejoin":       func(s *Machine, c Conn) Event { return Rejoin{Conns: []Conn{c}, LastSeq: s.hdr.LastSeq} },
 	}
 	for name, ev := range events {
 		s, c := withCall()

@@ -103,6 +103,14 @@ type (
 	}
 	// Stop ends the actor once its appends in flight are answered.
 	Stop struct{}
+	// Hibernate offers to let the session leave memory while Conns stay
+	// open (hibernate.go): the runner may drop the machine, keeping Conns
+	// and LastSeq for the Rejoin of the next activation, or decline (mail
+	// is waiting) and leave the machine as it is.
+	Hibernate struct {
+		Conns   []Conn
+		LastSeq uint64
+	}
 )
 
 func (Append) isEffect()     {}
@@ -120,6 +128,7 @@ func (Report) isEffect()     {}
 func (Ended) isEffect()      {}
 func (Fail) isEffect()       {}
 func (Stop) isEffect()       {}
+func (Hibernate) isEffect()  {}
 
 // Span is the entries Lo <= seq < Hi of the session's log. Held are the
 // newest of them, copied from the machine's memory; the runner reads the

@@ -118,6 +118,13 @@ type (
 	Tick struct{}
 	// Shutdown: the node is stopping, or the session moves away.
 	Shutdown struct{}
+	// Rejoin attaches again, without a word to them, the connections a
+	// Hibernate kept, shown everything up to LastSeq. It is the first
+	// event of the activation that wakes the session.
+	Rejoin struct {
+		Conns   []Conn
+		LastSeq uint64
+	}
 	// Query asks for what the session shows (the HTTP snapshot), answered
 	// on Reply (capacity 1) by a Report effect.
 	Query struct{ Reply chan<- View }
@@ -142,6 +149,7 @@ func (ToolProgress) isEvent()   {}
 func (Appended) isEvent()       {}
 func (Tick) isEvent()           {}
 func (Shutdown) isEvent()       {}
+func (Rejoin) isEvent()         {}
 func (Query) isEvent()          {}
 
 // Opened answers an Attach: the reason, or Err for a refusal that changes

@@ -34,8 +34,9 @@ type Machine struct {
 	// MaxConns that attached shared (PROTOCOL.md, attach "shared").
 	conns []Conn
 	busy  bool // an engine step or a tool run is in flight
-	// touch is the last client activity, for passivation.
-	touch time.Time
+	// touch is the last client activity, for passivation; quiet the
+	// last event of any kind but a Tick or a Query, for hibernation.
+	touch, quiet time.Time
 
 	tail  tail
 	sends sendIndex
@@ -68,6 +69,9 @@ type heldEffect struct {
 
 type Config struct {
 	Window, IdleTimeout, ReauthMaxAge time.Duration
+	// HibernateAfter lets a session whose clients are attached but quiet
+	// leave memory after this long (hibernate.go); 0 never.
+	HibernateAfter time.Duration
 	// MaxTurns caps the user messages waiting for the agent.
 	MaxTurns int
 	// MaxConns caps the connections attached shared.
@@ -108,7 +112,7 @@ func New(cfg Config, r Restore, now time.Time) (*Machine, Damage) {
 	d := r.Data
 	st, serr := decodeState(d.Header.State)
 	cx, cerr := decodeContexts(d.Context)
-	s := &Machine{cfg: cfg, hdr: d.Header, st: st, ctx: cx, touch: now}
+	s := &Machine{cfg: cfg, hdr: d.Header, st: st, ctx: cx, touch: now, quiet: now}
 	s.stateBytes = d.Header.State
 	s.stateDirty, s.contextDirty = serr != nil, cerr != nil
 	for _, id := range r.OlderSends {
@@ -141,6 +145,11 @@ func (s *Machine) Step(now time.Time, ev Event) []Effect {
 	s.out = nil
 	if s.failed {
 		return nil
+	}
+	switch ev.(type) {
+	case Tick, Query:
+	default:
+		s.quiet = now
 	}
 	switch ev := ev.(type) {
 	case Start:
@@ -203,6 +212,8 @@ func (s *Machine) Step(now time.Time, ev Event) []Effect {
 		s.appended(ev)
 	case Tick:
 		s.tick(now)
+	case Rejoin:
+		s.rejoin(ev)
 	case Shutdown:
 		s.now(CancelTurn{})
 		s.reply = nil // not durable: the turn runs again on the next activation
@@ -389,7 +400,8 @@ func (s *Machine) Idle() bool {
 }
 
 // Deadline is when the actor next needs a Tick: the end of the
-// reconnect window, or the moment it may passivate. Zero means never.
+// reconnect window, or the moment it may passivate or hibernate. Zero
+// means never.
 func (s *Machine) Deadline() time.Time {
 	var d time.Time
 	if s.hdr.Status == record.StatusInterrupted && !s.hdr.ExpiresAt.IsZero() {
@@ -398,6 +410,11 @@ func (s *Machine) Deadline() time.Time {
 	if len(s.conns) == 0 && s.Idle() && s.cfg.IdleTimeout > 0 {
 		if idle := s.touch.Add(s.cfg.IdleTimeout); d.IsZero() || idle.Before(d) {
 			d = idle
+		}
+	}
+	if s.hibernatable() {
+		if h := s.hibernateAt(); d.IsZero() || h.Before(d) {
+			d = h
 		}
 	}
 	return d
@@ -579,5 +596,7 @@ func (s *Machine) tick(now time.Time) {
 	}
 	if len(s.conns) == 0 && s.Idle() && len(s.held) == 0 && s.cfg.IdleTimeout > 0 && !now.Before(s.touch.Add(s.cfg.IdleTimeout)) {
 		s.now(Stop{}) // passivate: everything is in the log
+		return
 	}
+	s.offerHibernation(now)
 }

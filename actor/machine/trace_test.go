@@ -22,7 +22,7 @@ import (
 // Directives (times: each directive may carry +d to move the clock
 // first, e.g. +30s):
 //
-//	new [idle=d] [window=d]            a machine for session s1 of alice
+//	new [idle=d] [window=d] [hibernate=d] [last=n]   a machine for session s1 of alice
 //	attach conn=c [new] [shared] [last=n] [user=u]
 //	detach conn=c
 //	send conn=c id=m [content=text] [interrupt]
@@ -36,6 +36,8 @@ import (
 //	context conn=c key=value
 //	complete conn=c
 //	history conn=c [before=n] [limit=n]
+//	rejoin conns=c,c [last=n]          the first event after a hibernation
+//	deadline                           (not an event) Deadline, as an offset from t0
 //	tick | flush | start | shutdown | query
 //	recover boot=d alive=d             boot and last-alive as offsets from t0
 func TestMachineTraces(t *testing.T) {
@@ -90,11 +92,22 @@ func (tr *tracer) step(t *testing.T, td *datadriven.TestData) string {
 		if td.MaybeScanArgs(t, "window", &d) {
 			cfg.Window = mustDuration(t, td, d)
 		}
-		tr.m, _ = New(cfg, Restore{Data: record.SessionData{Header: baseHeader()}}, tr.now)
+		if td.MaybeScanArgs(t, "hibernate", &d) {
+			cfg.HibernateAfter = mustDuration(t, td, d)
+		}
+		h := baseHeader()
+		td.MaybeScanArgs(t, "last", &h.LastSeq)
+		tr.m, _ = New(cfg, Restore{Data: record.SessionData{Header: h}}, tr.now)
 		return "ok"
 	}
 	if tr.m == nil {
 		td.Fatalf(t, "no machine: start with new")
+	}
+	if td.Cmd == "deadline" {
+		if d := tr.m.Deadline(); !d.IsZero() {
+			return "+" + d.Sub(t0).String()
+		}
+		return "never"
 	}
 	ev := tr.event(t, td)
 	return tr.format(tr.m.Step(tr.now, ev))
@@ -120,6 +133,22 @@ func (tr *tracer) event(t *testing.T, td *datadriven.TestData) Event {
 		return ev
 	case "detach":
 		return Detach{Conn: tr.conn(t, td)}
+	case "rejoin":
+		var ev Rejoin
+		for _, a := range td.CmdArgs {
+			if a.Key == "conns" {
+				for _, n := range strings.Split(strings.Join(a.Vals, ","), ",") {
+					c := tr.conns[n]
+					if c == nil {
+						c = &tconn{n}
+						tr.conns[n] = c
+					}
+					ev.Conns = append(ev.Conns, c)
+				}
+			}
+		}
+		td.MaybeScanArgs(t, "last", &ev.LastSeq)
+		return ev
 	case "send", "checked":
 		s := Send{Conn: tr.conn(t, td), ID: tr.str(td, "id", ""), Content: tr.str(td, "content", "hi"), Interrupt: td.HasArg("interrupt")}
 		if td.Cmd == "send" {
@@ -271,6 +300,12 @@ func (tr *tracer) effect(e Effect) string {
 		return fmt.Sprintf("fail moved=%v interrupt=%v: %v", e.Moved, e.Interrupt, e.Err)
 	case Stop:
 		return "stop"
+	case Hibernate:
+		names := make([]string, len(e.Conns))
+		for i, c := range e.Conns {
+			names[i] = name(c)
+		}
+		return fmt.Sprintf("hibernate conns=%s last=%d", strings.Join(names, ","), e.LastSeq)
 	}
 	return fmt.Sprintf("%T", e)
 }

@@ -32,7 +32,7 @@ type serveConfig struct {
 	gossipSet                                         bool
 	replicas, bootstrapExpect                         int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
-	idleTimeout, flushInterval                        time.Duration
+	idleTimeout, flushInterval, hibernateAfter        time.Duration
 	replayLimit, maxContent, maxContext, maxTurns     int
 	maxSessions, tailBytes, maxQueue                  int
 	maxFrame                                          int64
@@ -113,6 +113,7 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
 	str(&c.origins, "allowed-origins", "", "browser origins allowed besides the node's own host, comma-separated (* for any)")
 	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
+	dur(&c.hibernateAfter, "hibernate-after", 10*time.Second, "unload a session whose clients are attached but quiet after this long, keeping only their sockets (0: never)")
 	dur(&c.demo.StreamDelay, "demo-stream-delay", 100*time.Millisecond, "pace of the demo engine's streamed reply (one part per word; 0 answers in one piece)")
 	dur(&c.flushInterval, "stream-flush", 50*time.Millisecond, "coalesce a streamed reply's parts that come within this interval into one delta (0: each at once)")
 	dur(&c.demo.SearchDelay, "demo-search-delay", 3*time.Second, "how long the demo and openai engines' search tool takes (openai's is a placeholder with canned results)")
@@ -138,6 +139,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.window <= 0 || c.retention <= 0 || c.helloTimeout <= 0 || c.reauthMaxAge <= 0 || c.idleTimeout <= 0:
 		return errors.New("serve: durations must be positive")
+	case c.hibernateAfter < 0:
+		return errors.New("serve: --hibernate-after must be ≥ 0 (0: never)")
 	case c.bootstrapExpect < 0:
 		return errors.New("serve: --bootstrap-expect must be ≥ 0")
 	case c.replayLimit < 1 || c.maxFrame < 256 || c.maxContent < 1 || c.rate < 0 || c.replicas < 1:
@@ -253,7 +256,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		Dir: c.data, Listen: c.listen, NodeID: c.nodeID, Logger: logger, Cluster: c.clusterConfig(), Advertise: c.advertise,
 		Actor: actor.Config{
 			Engine: agent, Window: c.window, Retention: c.retention, ReplayLimit: c.replayLimit,
-			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns,
+			IdleTimeout: c.idleTimeout, ReauthMaxAge: c.reauthMaxAge, MaxTurns: c.maxTurns, HibernateAfter: hibernateAfter(c.hibernateAfter),
 			MaxContextBytes: c.maxContext, MaxSessionsPerUser: c.maxSessions, TailBytes: c.tailBytes,
 			FlushInterval: flushOrOff(c.flushInterval),
 		},
@@ -400,4 +403,12 @@ func reloadOnHUP(certs *gateway.CertFiles, logger *slog.Logger) (stop func()) {
 		close(done)
 		<-exited
 	}
+}
+
+// hibernateAfter maps the flag (0: never) to actor.Config (negative: never).
+func hibernateAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
