@@ -179,7 +179,10 @@ func TestRestartRerunsIdempotentTool(t *testing.T) {
 func TestSweepThroughRegistry(t *testing.T) {
 	store := &countingStore{}
 	e := newEnv(t, func(c *Config) {
-		c.Store, c.Retention, c.SweepInterval, c.MaxSessionsPerUser = store, time.Hour, time.Minute, 1
+		// Longer than passivate's step: the only sweeps are those the
+		// test's own steps of the clock start (one that started during
+		// passivate could end after the step below, and count b1 live).
+		c.Store, c.Retention, c.SweepInterval, c.MaxSessionsPerUser = store, time.Hour, 2*time.Minute, 1
 	})
 	cd := newRecConn("done")
 	done := e.create("done", "alice", cd)
