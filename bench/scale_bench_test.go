@@ -36,8 +36,8 @@ const (
 // and stays connected, answering the server's pings. It reports:
 //
 //   - B/idle-session-rss: the server's RSS (from /proc) once the idle
-//     sessions are connected and hibernated and the server has been quiet
-//     for a few seconds, minus its RSS when warmed up and quiet before them, per
+//     sessions are connected and hibernated, the server returned what
+//     that freed (--memory-return) and has been quiet for a few seconds, minus its RSS when warmed up and quiet before them, per
 //     session, with no forced GC: what a node that runs normally holds;
 //   - B/idle-session-rss-gc: the same, both readings taken after forcing
 //     three GCs through --pprof's heap endpoint (?gc=1) and leaving the
@@ -138,7 +138,14 @@ func measureScale(b *testing.B, n int) scaleResult {
 	}
 	// Quiet sessions hibernate (--hibernate-after, 10 s by default): an
 	// idle session is measured as a node that runs normally holds it.
+	returns := srv.metric(b, "tether_memory_returns_total")
 	if err := waitMetric(b, srv, "tether_sessions_asleep", float64(n), 2*time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	// And the node gives what they freed back to the OS (--memory-return,
+	// every 10 s by default, after such a wave): wait for it, as a node
+	// that runs for a while has had it.
+	if err := waitMetricAbove(b, srv, "tether_memory_returns_total", returns, time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	waitQuiet(b, srv)
@@ -367,4 +374,17 @@ func saveProfile(tb testing.TB, pprofAddr, name, path string) {
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// waitMetricAbove waits until the server's metric name is above v.
+func waitMetricAbove(tb testing.TB, srv *server, name string, v float64, timeout time.Duration) error {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for srv.metric(tb, name) <= v {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s stayed at %v for %v", name, v, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
 }

@@ -81,21 +81,24 @@ func TestFramesInOneSegment(t *testing.T) {
 	}
 }
 
-// TestIdleReadersWaitOnASmallStack: once a connection has nothing more to
-// read, its reader waits for the socket in cork.Conn.WaitIdle, not inside gorilla's
-// frame reader; a pong answering the server's heartbeat keeps it there.
-// (A reader blocked inside gorilla holds a 4 KiB stack for as long as the
-// connection is idle; BenchmarkSessionMemory in bench/ measures it.) Not
-// parallel: it counts the test binary's goroutines.
-func TestIdleReadersWaitOnASmallStack(t *testing.T) {
+// TestIdleConnectionsHoldNoGoroutine: once a connection has nothing more
+// to read, its socket is parked in the server's poller and no goroutine
+// waits for it (a reader blocked inside gorilla would hold a 4 KiB stack,
+// one in cork.Conn.WaitIdle 2 KiB, for as long as the connection is
+// idle); the pongs answering the server's heartbeat wake it only to park
+// it again, and its next frame is read as ever. Not parallel: it counts
+// the test binary's goroutines.
+func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 	n := startNode(t, nodetest.Options{Gateway: gateway.Config{PingInterval: 20 * time.Millisecond, PongWait: time.Minute}})
 	tok := nodetest.Token(t, "alice")
 	const conns = 3
 	var pongs atomic.Int32
+	var clients []*wsc
 	for i := range conns {
 		c := dial(t, n.URL)
 		checkSession(t, c.hello(tok, "", 0), false, "new", 0, 300)
 		c.chat(fmt.Sprint("m", i), "hello")
+		clients = append(clients, c)
 		c.ws.SetPingHandler(func(data string) error {
 			pongs.Add(1)
 			return c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
@@ -109,15 +112,24 @@ func TestIdleReadersWaitOnASmallStack(t *testing.T) {
 		}()
 	}
 	actortest.Eventually(t, "pings answered", func() bool { return pongs.Load() >= 5*conns })
-	actortest.Eventually(t, "every reader waiting in WaitIdle", func() bool {
-		idle, deep := readerStacks()
-		return idle == conns && deep == 0
+	actortest.Eventually(t, "every connection parked, no reader waiting", func() bool {
+		parked, _ := n.metric(t, "tether_connections_parked")
+		return parked == conns && readerGoroutines() == 0
+	})
+	// Woken by a frame, a parked connection answers it.
+	raw := clients[0].ws.UnderlyingConn()
+	if _, err := raw.Write(clientFrame(`{"type":"ping","id":"p"}`)); err != nil {
+		t.Fatal(err)
+	}
+	actortest.Eventually(t, "the woken connection parked again", func() bool {
+		parked, _ := n.metric(t, "tether_connections_parked")
+		return parked == conns
 	})
 }
 
-// readerStacks counts the gateway's reader goroutines waiting in cork.Conn.WaitIdle
-// and those blocked inside gorilla's reader.
-func readerStacks() (idle, deep int) {
+// readerGoroutines counts the gateway's goroutines reading a connection
+// or waiting for one.
+func readerGoroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -127,16 +139,11 @@ func readerStacks() (idle, deep int) {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if !strings.Contains(g, "gateway.(*conn).readLoop") {
-			continue
-		}
-		switch {
-		case strings.Contains(g, "cork.(*Conn).WaitIdle"):
-			idle++
-		case strings.Contains(g, "websocket.(*Conn).NextReader"):
-			deep++
+		if strings.Contains(g, "gateway.(*conn).read") {
+			n++
 		}
 	}
-	return idle, deep
+	return n
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -20,6 +22,11 @@ type Metrics struct {
 	batch  prometheus.Histogram
 	resume prometheus.Histogram
 	errors *prometheus.CounterVec
+	// parked counts the connections parked in the server's poller.
+	parked atomic.Pointer[func() int]
+	// returns counts the times freed memory was returned to the OS after
+	// a wave of hibernations (the serve command's --memory-return).
+	returns prometheus.Counter
 }
 
 // NewMetrics makes the gateway's own metrics plus Go and process ones.
@@ -49,11 +56,25 @@ func NewMetrics() *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_errors_total", Help: "Error frames sent to clients, by code.",
 		}, []string{"code"}),
+		returns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_memory_returns_total", Help: "Collections run to return the memory a wave of hibernations freed to the OS.",
+		}),
 	}
-	m.reg.MustRegister(m.conns, m.opened, m.closes, m.slow, m.batch, m.resume, m.errors,
+	parked := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tether_connections_parked", Help: "Idle client connections waiting with no goroutine of their own.",
+	}, func() float64 {
+		if f := m.parked.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	m.reg.MustRegister(m.conns, m.opened, m.closes, m.slow, m.batch, m.resume, m.errors, parked, m.returns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// CountMemoryReturn counts one return of freed memory to the OS.
+func (m *Metrics) CountMemoryReturn() { m.returns.Inc() }
 
 // ObserveCommit is wal.Config.OnCommit's hook.
 func (m *Metrics) ObserveCommit(requests, _ int) { m.batch.Observe(float64(requests)) }

@@ -48,11 +48,32 @@ func (c *conn) serve() {
 // Handling frames runs on one of the server's parked goroutines
 // (workers.Pool), whose stack has grown already: a fresh goroutine would
 // grow its own, copying it at each doubling, for every burst.
+//
+// Where it can, the loop does not wait on a goroutine at all: it parks
+// the socket in the server's poller (package cork: Park), which wakes it
+// on a worker when the client sends something.
 func (c *conn) readLoop() {
 	if c.cork != nil {
+		if c.cork.Park(c.taken, c.woken) {
+			return
+		}
 		c.cork.WaitIdle(c.taken)
 	}
 	c.srv.workers.Go(c.readFrames)
+}
+
+// woken is called by the poller when a parked connection's client sent
+// something (or the connection needs its reader); it must not block.
+func (c *conn) woken() { c.srv.workers.Go(c.readWoken) }
+
+// readWoken takes what woke the connection: frames are read as ever; a
+// lone pong is noted and the connection parks again.
+func (c *conn) readWoken() {
+	if !c.cork.Ready(c.taken) && c.cork.Park(c.taken, c.woken) {
+		return
+	}
+	c.cork.WaitIdle(c.taken) // at once unless it could not park again
+	c.readFrames()
 }
 
 // readFrames handles the frames the client has sent until it has sent

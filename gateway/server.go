@@ -163,6 +163,9 @@ type Server struct {
 	// workers runs connections' frame handling and writes on goroutines
 	// whose stacks have grown already.
 	workers *workers.Pool
+	// poller holds the sockets of idle connections, so that they wait
+	// with no goroutine (package cork: Park); nil where there is none.
+	poller *cork.Poller
 
 	closeOnce sync.Once
 }
@@ -202,6 +205,13 @@ func New(cfg Config) (*Server, error) {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
+	if p, err := cork.NewPoller(); err == nil {
+		s.poller = p
+		parked := p.Parked
+		s.metrics.parked.Store(&parked)
+	} else {
+		s.log.Debug("idle connections keep a goroutine each", "err", err)
+	}
 	s.wg.Add(1)
 	go s.reap()
 	return s, nil
@@ -212,7 +222,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil || s.cfg.LinkTLS != nil {
 		ln = sniffListener{Listener: ln, cfg: &tls.Config{GetConfigForClient: s.tlsFor}}
 	}
-	err := s.http.Serve(cork.Listener{Listener: ln, Pool: &s.bufs})
+	err := s.http.Serve(cork.Listener{Listener: ln, Pool: &s.bufs, Poller: s.poller})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -244,6 +254,9 @@ func (s *Server) Close() error {
 			c.closeWith(wire.CloseRestart, "node shutting down")
 		}
 		s.cancel()
+		if s.poller != nil {
+			_ = s.poller.Close() // wakes what is still parked; nothing parks again
+		}
 		s.wg.Wait()
 		_ = s.workers.Close() // every connection has ended (s.wg): it only stops parked goroutines
 	})

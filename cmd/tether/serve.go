@@ -33,6 +33,7 @@ type serveConfig struct {
 	replicas, bootstrapExpect                         int
 	window, retention, helloTimeout, reauthMaxAge     time.Duration
 	idleTimeout, flushInterval, hibernateAfter        time.Duration
+	memoryReturn                                      time.Duration
 	replayLimit, maxContent, maxContext, maxTurns     int
 	maxSessions, tailBytes, maxQueue                  int
 	maxFrame                                          int64
@@ -113,6 +114,7 @@ func (m *Main) serveFlags(c *serveConfig) *flags {
 	fs.BoolVar(&c.devTokensAnywhere, "dev-tokens-anywhere", false, "allow --dev-tokens on a non-loopback --listen: anyone who reaches the node can then log in as anyone")
 	str(&c.origins, "allowed-origins", "", "browser origins allowed besides the node's own host, comma-separated (* for any)")
 	dur(&c.idleTimeout, "idle-timeout", 2*time.Minute, "passivate a session actor with no client and no work after this long")
+	dur(&c.memoryReturn, "memory-return", 10*time.Second, "this often, return to the OS the memory a wave of hibernations freed (0: leave it to the Go runtime)")
 	dur(&c.hibernateAfter, "hibernate-after", 10*time.Second, "unload a session whose clients are attached but quiet after this long, keeping only their sockets (0: never)")
 	dur(&c.demo.StreamDelay, "demo-stream-delay", 100*time.Millisecond, "pace of the demo engine's streamed reply (one part per word; 0 answers in one piece)")
 	dur(&c.flushInterval, "stream-flush", 50*time.Millisecond, "coalesce a streamed reply's parts that come within this interval into one delta (0: each at once)")
@@ -139,8 +141,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.window <= 0 || c.retention <= 0 || c.helloTimeout <= 0 || c.reauthMaxAge <= 0 || c.idleTimeout <= 0:
 		return errors.New("serve: durations must be positive")
-	case c.hibernateAfter < 0:
-		return errors.New("serve: --hibernate-after must be ≥ 0 (0: never)")
+	case c.hibernateAfter < 0 || c.memoryReturn < 0:
+		return errors.New("serve: --hibernate-after and --memory-return must be ≥ 0 (0: never)")
 	case c.bootstrapExpect < 0:
 		return errors.New("serve: --bootstrap-expect must be ≥ 0")
 	case c.replayLimit < 1 || c.maxFrame < 256 || c.maxContent < 1 || c.rate < 0 || c.replicas < 1:
@@ -289,6 +291,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 		defer stop()
 	}
+	defer startMemoryReturner(c.memoryReturn, n.Registry, n.Metrics.CountMemoryReturn, logger)()
 	if n.Cluster != nil {
 		logger.Info("gossip", "addr", n.Cluster.GossipAddr(), "join", c.join, "replicas", c.replicas)
 	}

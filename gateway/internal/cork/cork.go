@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -18,6 +19,9 @@ type Listener struct {
 	net.Listener
 	// Pool holds *[]byte gathering buffers: an idle connection holds none.
 	Pool *sync.Pool
+	// Poller, when set, parks idle connections (Park): nil, they wait in
+	// WaitIdle.
+	Poller *Poller
 }
 
 // Accept wraps the next connection.
@@ -29,7 +33,7 @@ func (l Listener) Accept() (net.Conn, error) {
 	// A socket that holds little unsent keeps room for a close frame
 	// (Finish); where the option is missing, nothing changes.
 	_ = setNotSentLimit(c, NotSentLimit)
-	return &Conn{Conn: c, pool: l.Pool}, nil
+	return &Conn{Conn: c, pool: l.Pool, poller: l.Poller}, nil
 }
 
 // NotSentLimit is how many bytes the kernel may hold that it has not yet
@@ -77,6 +81,12 @@ type Conn struct {
 	// they are read. Reader goroutine only.
 	pending []byte
 	pendBuf *[]byte
+	// Parking (park.go): the Poller, where c is in it, the reader's wake
+	// function while parked, and noPark once something needs the reader.
+	poller *Poller
+	park   parking
+	wake   func()
+	noPark atomic.Bool
 }
 
 // Read hands gorilla's reader what waitReadable took, then reads the

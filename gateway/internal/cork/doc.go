@@ -26,7 +26,18 @@
 // a wait are handed to gorilla before anything else is read, and a lone
 // pong is read off here so it does not wake gorilla's reader.
 //
+// Parked waits (park.go, poller_linux.go). Better than a small stack is
+// none: an idle connection's socket is parked in a Poller (one epoll set
+// and one goroutine per server), and its reader is woken on a worker when
+// the client sends something, when the connection is closed, or when a
+// read deadline is set. Invariant: the wake comes exactly once per Park,
+// from whoever takes the connection out of the set; after a Close or a
+// read deadline the connection never parks again, so the deadline is
+// enforced by a reader that waits.
+//
 // The exported surface: Listener (wraps accepted connections; Pool holds
-// the gathering buffers), Conn (Start, Idle, WaitIdle, Cork, Text,
-// Uncork, Finish, Writes), NotSentLimit, Unwrap.
+// the gathering buffers, Poller parks idle ones), Conn (Start, Idle,
+// WaitIdle, Park, Ready, Cork, Text, Uncork, Finish, Writes, Close,
+// SetReadDeadline, SetDeadline), Poller (NewPoller, Parked, Close),
+// NotSentLimit, Unwrap.
 package cork

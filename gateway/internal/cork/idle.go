@@ -140,6 +140,9 @@ func lonePong(p []byte) (int, bool) {
 func (c *Conn) Start(alive func()) {
 	c.alive = alive
 	c.frames.start()
+	// The read deadlines net/http set while reading the request are over
+	// (gorilla cleared them): the connection may park from now on.
+	c.noPark.Store(false)
 }
 
 // Idle reports whether gorilla holds nothing unread, given how many

@@ -11,12 +11,36 @@ import (
 // errNoWait: the connection has no file descriptor to wait on.
 var errNoWait = errors.New("cork: connection cannot be waited on")
 
+// errEmpty: takeReadable found nothing to take.
+var errEmpty = errors.New("cork: nothing to read")
+
 // waitReadable blocks until the socket has bytes (or an error, or the
 // end) and takes what is there (up to a pooled buffer's size) into
 // c.pending. Taking the bytes rather than peeking at them
 // spares gorilla's reader a second system call for them. No buffer is
 // held while waiting: an idle connection keeps none.
-func (c *Conn) waitReadable() error {
+func (c *Conn) waitReadable() error { return c.takeReadable(true) }
+
+// fd returns the connection's socket, if it has one.
+func (c *Conn) fd() (int, bool) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil || fd < 0 {
+		return 0, false
+	}
+	return fd, true
+}
+
+// takeReadable takes what the socket has into c.pending; when it has
+// nothing, it waits for it if wait is set, and returns errEmpty if not.
+func (c *Conn) takeReadable(wait bool) error {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {
 		return errNoWait
@@ -41,6 +65,10 @@ func (c *Conn) waitReadable() error {
 		if errors.Is(rerr, syscall.EAGAIN) {
 			c.pool.Put(bp)
 			bp = nil
+			if !wait {
+				rerr = errEmpty
+				return true
+			}
 			return false
 		}
 		return true
