@@ -156,6 +156,11 @@ func (r *Registry) Snapshot(ctx context.Context, sid, user string, authTime time
 	if err := machine.MayReveal(h, authTime, now, r.cfg.ReauthMaxAge); err != nil {
 		return Snapshot{}, err
 	}
+	// A session the boot pass has not reached yet is recovered first, as
+	// a resume would: the log still says what it was before the restart.
+	if err := r.recoverBoot(ctx, sid); err != nil && !errors.Is(err, errIdle) {
+		return Snapshot{}, err
+	}
 	snap, ok, err := r.snapshotActive(ctx, sid)
 	if !ok && err == nil {
 		snap, err = r.snapshotStored(sid)

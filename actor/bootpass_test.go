@@ -113,3 +113,27 @@ func TestCloseDuringBootPass(t *testing.T) {
 	}
 	e.resume("a", "alice", 2, newRecConn("a2"))
 }
+
+// A snapshot of a session the boot pass has not reached yet shows it
+// recovered (interrupted: its client went with the restart), not what the
+// log said before the restart.
+func TestSnapshotBeforeTheBootPassRecovers(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxActivations = 1 })
+	for _, sid := range []string{"a", "b"} {
+		c := newRecConn(sid)
+		h := e.create(sid, "alice", c)
+		chat(t, h, c, "m1", sid)
+	}
+	e.stop() // their clients attached: the log says active
+	var arrived <-chan string
+	var release func()
+	e.startWith(func(j *testJournal) { arrived, release = j.holdClaim() })
+	defer release()
+	if sid := actortest.Recv(t, "the pass to claim its first session", arrived); sid != "a" {
+		t.Fatalf("the pass claimed %q first", sid)
+	}
+	snap, err := e.reg.Snapshot(t.Context(), "b", "alice", e.clock.Now())
+	if err != nil || snap.Status != wal.StatusInterrupted || snap.Header.LastSeq != 2 {
+		t.Fatalf("snapshot of b before the pass reached it: %+v, %v", snap.Header, err)
+	}
+}
