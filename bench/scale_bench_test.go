@@ -61,7 +61,8 @@ const (
 //
 // TETHER_SCALE_HEAP=path saves the server's heap profile (and its
 // goroutines' beside it) when the idle sessions are measured, before the
-// forced GC. Run it once:
+// forced GC; TETHER_SCALE_STORM_PROFILE=path its CPU profile of the
+// storm's first 5 s. Run it once:
 //
 //	TETHER_SCALE_SESSIONS=18000 go test -run '^$' -bench 'BenchmarkScale$' -benchtime 1x -timeout 30m ./bench/
 func BenchmarkScale(b *testing.B) {
@@ -167,10 +168,20 @@ func measureScale(b *testing.B, n int) scaleResult {
 	r.p50Idle, r.p99Idle = activeLatency(b, srv)
 	opened := srv.metric(b, "tether_connections_opened_total")
 	overflows = listenOverflows()
+	var profiled sync.WaitGroup
+	if path := os.Getenv("TETHER_SCALE_STORM_PROFILE"); path != "" {
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			saveProfile(b, pprofAddr, "profile?seconds=5", path)
+		}()
+		time.Sleep(100 * time.Millisecond) // the profile has started
+	}
 	start := time.Now()
 	if r.storm, err = fleet.storm(5 * time.Minute); err != nil {
 		b.Fatal(err)
 	}
+	profiled.Wait()
 	r.stormTo = time.Since(start)
 	r.stormOverflows = listenOverflows() - overflows
 	if err := waitMetric(b, srv, "tether_connections", float64(n), time.Minute); err != nil {
