@@ -57,6 +57,7 @@ type opts struct {
 	engine    engine.Engine // every node's engine, when set (overrides toolDelay)
 	flush     time.Duration
 	secret    string // cluster.Config.Secret: the link and Raft over TLS
+	hibernate time.Duration // actor.Config.HibernateAfter; 0: its default
 }
 
 // tnode is one in-process node.
@@ -165,7 +166,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 	c.mu.Unlock()
 	cfg := node.Config{
 		Dir: dir, NodeID: id, Logger: quiet.With("node", id),
-		Actor:   actor.Config{Engine: agent, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush},
+		Actor:   actor.Config{Engine: agent, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush, HibernateAfter: c.o.hibernate},
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{
 			Gossip: "127.0.0.1:0", Seeds: seeds, Timing: timing, Replicas: c.o.replicas,
