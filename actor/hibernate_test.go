@@ -160,3 +160,20 @@ func TestHibernatedSupersededEvictedClosed(t *testing.T) {
 	e.stop()
 	c3.waitClosed(t, machine.CloseShutdown)
 }
+
+// Probing a hibernated session (another user, a stale last_seq) does not
+// wake it: the probe reads the header, as for a passive session.
+func TestHibernatedProbeDoesNotWake(t *testing.T) {
+	e := newEnv(t, hibernating)
+	c := newRecConn("c")
+	h := e.create("s1", "alice", c)
+	chat(t, h, c, "m1", "hello")
+	e.sleep("s1")
+	before := e.reg.Stats()
+	if got := notResumedReason(e.resumeErr("s1", "mallory", 0)); got != machine.ReasonNotFound {
+		t.Fatalf("another user's resume of a sleeping session: %q", got)
+	}
+	if after := e.reg.Stats(); after != before || len(c.closeReasons()) != 0 {
+		t.Fatalf("a probe woke the session: %+v → %+v, closes %v", before, after, c.closeReasons())
+	}
+}

@@ -88,7 +88,14 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 		return nil, notFound
 	}
 	// A cheap read of the header alone first: probing other users' or
-	// made-up ids must not activate, claim or decode anything.
+	// made-up ids must not activate, claim or decode anything. A session
+	// whose actor is here is past that: its machine refuses what the
+	// header would have (another user, ended, a stale login), and the read
+	// is a good part of a reconnect storm's work. (An asleep one is
+	// probed: the probe must not wake it.)
+	if r.awake(req.SessionID) {
+		return r.resume(ctx, req)
+	}
 	h, err := r.cfg.Journal.Header(req.SessionID)
 	switch {
 	case errors.Is(err, wal.ErrNotFound) || errors.Is(err, wal.ErrCorrupt):
@@ -105,6 +112,20 @@ func (r *Registry) Resume(ctx context.Context, req ResumeRequest) (*Handle, erro
 	if err := machine.MayReveal(h, req.AuthTime, r.clock.Now(), r.cfg.ReauthMaxAge); err != nil {
 		return nil, err
 	}
+	return r.resume(ctx, req)
+}
+
+// awake reports whether sid has an actor here (maybe still activating).
+func (r *Registry) awake(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.actors[sid]
+	return ok
+}
+
+// resume attaches req.Conn to the session's actor, activating it.
+func (r *Registry) resume(ctx context.Context, req ResumeRequest) (*Handle, error) {
+	notFound := &machine.NotResumedError{Reason: machine.ReasonNotFound}
 	ev := machine.Attach{Conn: req.Conn, UserID: req.UserID, LastSeq: req.LastSeq, AuthTime: req.AuthTime, Stream: req.Stream, Shared: req.Shared}
 	for range attempts {
 		a, err := r.get(ctx, req.SessionID)
