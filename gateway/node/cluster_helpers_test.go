@@ -56,7 +56,7 @@ type opts struct {
 	timing    *cluster.Timing
 	engine    engine.Engine // every node's engine, when set (overrides toolDelay)
 	flush     time.Duration
-	secret    string // cluster.Config.Secret: the link and Raft over TLS
+	secret    string        // cluster.Config.Secret: the link and Raft over TLS
 	hibernate time.Duration // actor.Config.HibernateAfter; 0: its default
 }
 
