@@ -62,7 +62,7 @@ const (
 // TETHER_SCALE_HEAP=path saves the server's heap profile (and its
 // goroutines' beside it) when the idle sessions are measured, before the
 // forced GC; TETHER_SCALE_STORM_PROFILE=path its CPU profile of the
-// storm's first 5 s. Run it once:
+// storm's first 5 s, and its goroutines 2 s in. Run it once:
 //
 //	TETHER_SCALE_SESSIONS=18000 go test -run '^$' -bench 'BenchmarkScale$' -benchtime 1x -timeout 30m ./bench/
 func BenchmarkScale(b *testing.B) {
@@ -174,6 +174,12 @@ func measureScale(b *testing.B, n int) scaleResult {
 		go func() {
 			defer profiled.Done()
 			saveProfile(b, pprofAddr, "profile?seconds=5", path)
+		}()
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			time.Sleep(2 * time.Second)
+			saveProfile(b, pprofAddr, "goroutine?debug=1", path+".goroutines.txt")
 		}()
 		time.Sleep(100 * time.Millisecond) // the profile has started
 	}
