@@ -22,8 +22,10 @@ import (
 // is encoded when it is delivered and queued as bytes, within a byte
 // budget; a writer goroutine, which exists only while there is something
 // to write, puts everything queued on the wire with one write. An idle
-// connection costs its reader goroutine and nothing else: no writer, no
-// buffer, no timer (the server's reaper watches its heartbeat).
+// connection costs no goroutine (its socket is parked in the server's
+// poller, and its reader is started again when the client sends
+// something), no buffer and no timer (the server's reaper watches its
+// heartbeat).
 type conn struct {
 	srv     *Server
 	ws      *websocket.Conn

@@ -15,13 +15,14 @@
 //
 // The speed tricks live apart, each with its invariant in its doc, so the
 // protocol code reads without them: internal/cork (the socket: corked
-// writes, one write per batch; idle readers waiting on a small stack),
+// writes, one write per batch; idle sockets parked in one epoll set),
 // internal/jsonenc (the frames sent most, written without reflection),
 // internal/flatjson (the frames received most, decoded without
-// reflection). A connection costs little while idle: its reader waits
-// for the client in cork, handles what arrives on one of the server's
-// parked goroutines (actor/workers), whose stacks have grown already;
-// its writer exists only while frames are queued.
+// reflection). A connection costs little while idle: its socket is
+// parked in the server's poller (cork) with no goroutine of its own;
+// what arrives is handled on one of the server's parked goroutines
+// (actor/workers), whose stacks have grown already; its writer exists
+// only while frames are queued.
 //
 // Subpackages: wire (frame types and codes, shared with clients), client
 // (the Go client library), web (the demo page), node (how a node is

@@ -37,21 +37,19 @@ func (c *conn) serve() {
 	go c.readLoop()
 }
 
-// readLoop reads frames after the hello until the connection ends. An
-// idle connection is mostly this goroutine's stack, and handling a frame
-// grows it (decoding, the actor's mailbox) to a size the runtime never
-// shrinks back to its minimum. So whenever the client has nothing more
-// buffered, the loop hands over to a fresh goroutine, which waits for the
-// next frame on a small stack (package cork: WaitIdle). A goroutine is cheap
-// next to handling a frame.
+// readLoop waits for the client's next frames after the hello, and
+// again whenever the client has nothing more buffered. Where it can, it
+// does not wait on a goroutine at all: it parks the socket in the
+// server's poller (package cork: Park), which wakes it on a worker when
+// the client sends something; an idle connection then costs no stack.
+// Where it cannot (no poller, TLS, a read deadline set), a fresh
+// goroutine waits on a small stack (package cork: WaitIdle): handling a
+// frame grows a stack (decoding, the actor's mailbox) to a size the
+// runtime never shrinks back to its minimum.
 //
 // Handling frames runs on one of the server's parked goroutines
 // (workers.Pool), whose stack has grown already: a fresh goroutine would
 // grow its own, copying it at each doubling, for every burst.
-//
-// Where it can, the loop does not wait on a goroutine at all: it parks
-// the socket in the server's poller (package cork: Park), which wakes it
-// on a worker when the client sends something.
 func (c *conn) readLoop() {
 	if c.cork != nil {
 		if c.cork.Park(c.taken, c.woken) {
