@@ -41,6 +41,10 @@ func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	e.cfg = Config{
 		Clock: e.clock, Window: testWindow, IdleTimeout: testIdle, ReauthMaxAge: testReauth,
 		TickInterval: testTick, AliveInterval: testTick, SweepInterval: -1, Logger: quiet,
+		// Off unless a test turns it on (hibernating): on a clock that
+		// jumps minutes, a session left attached would fall asleep
+		// between a test's steps.
+		HibernateAfter: -1,
 	}
 	for _, o := range opts {
 		o(&e.cfg)
