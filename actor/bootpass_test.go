@@ -29,6 +29,19 @@ func leaveInterrupted(t *testing.T, e *env, sids ...string) (stop time.Time, exp
 	return stop, expires
 }
 
+// startHeldOnA starts the node with the boot pass held on its claim of
+// its first session, which must be a; release lets it go on.
+func (e *env) startHeldOnA() (release func()) {
+	e.t.Helper()
+	var arrived <-chan string
+	e.startWith(func(j *testJournal) { arrived, release = j.holdClaim() })
+	if sid := actortest.Recv(e.t, "the pass to claim its first session", arrived); sid != "a" {
+		release()
+		e.t.Fatalf("the pass claimed %q first", sid)
+	}
+	return release
+}
+
 func lastAlive(t *testing.T, e *env) time.Time {
 	t.Helper()
 	at, ok, err := e.log.LastAlive()
@@ -47,13 +60,8 @@ func lastAlive(t *testing.T, e *env) time.Time {
 func TestBootPassInBackground(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.MaxActivations = 1 })
 	stop, _ := leaveInterrupted(t, e, "a", "b")
-	var arrived <-chan string
-	var release func()
-	e.startWith(func(j *testJournal) { arrived, release = j.holdClaim() })
+	release := e.startHeldOnA()
 	defer release()
-	if sid := actortest.Recv(t, "the pass to claim its first session", arrived); sid != "a" {
-		t.Fatalf("the pass claimed %q first", sid)
-	}
 	select {
 	case <-e.reg.Recovered():
 		t.Fatal("Recovered closed while a session waits on its claim")
@@ -125,13 +133,8 @@ func TestSnapshotBeforeTheBootPassRecovers(t *testing.T) {
 		chat(t, h, c, "m1", sid)
 	}
 	e.stop() // their clients attached: the log says active
-	var arrived <-chan string
-	var release func()
-	e.startWith(func(j *testJournal) { arrived, release = j.holdClaim() })
+	release := e.startHeldOnA()
 	defer release()
-	if sid := actortest.Recv(t, "the pass to claim its first session", arrived); sid != "a" {
-		t.Fatalf("the pass claimed %q first", sid)
-	}
 	snap, err := e.reg.Snapshot(t.Context(), "b", "alice", e.clock.Now())
 	if err != nil || snap.Status != wal.StatusInterrupted || snap.Header.LastSeq != 2 {
 		t.Fatalf("snapshot of b before the pass reached it: %+v, %v", snap.Header, err)

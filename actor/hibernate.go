@@ -152,13 +152,9 @@ func (h *Handle) detachAsleep() {
 	if r.forgetSleeper(h.SessionID, h.conn) {
 		return
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if !r.hold() {
 		return
 	}
-	r.wg.Add(1)
-	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(r.ctx, detachWakeTimeout)

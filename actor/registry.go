@@ -332,19 +332,27 @@ func (r *Registry) every(name string, interval time.Duration, job func(context.C
 		return
 	}
 	r.timers[name] = r.clock.AfterFunc(interval, func() {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
+		if !r.hold() {
 			return
 		}
-		r.wg.Add(1)
-		r.mu.Unlock()
 		defer r.wg.Done()
 		if err := job(r.ctx); err != nil && r.ctx.Err() == nil {
 			r.log.Error(name, "err", err)
 		}
 		r.every(name, interval, job)
 	})
+}
+
+// hold counts one more goroutine Close waits for (r.wg), unless the
+// registry is closed; whoever it returns true to calls r.wg.Done.
+func (r *Registry) hold() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Add(1)
+	return true
 }
 
 func (r *Registry) markAlive(ctx context.Context) error {

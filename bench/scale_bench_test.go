@@ -276,14 +276,20 @@ func activeLatency(tb testing.TB, srv *server) (time.Duration, time.Duration) {
 // waitMetric waits until the server's gauge or counter name equals want.
 func waitMetric(tb testing.TB, srv *server, name string, want float64, timeout time.Duration) error {
 	tb.Helper()
+	return waitMetricTo(tb, srv, name, timeout, func(v float64) bool { return v == want }, fmt.Sprintf("want %v", want))
+}
+
+// waitMetricTo waits until ok holds for the server's metric name.
+func waitMetricTo(tb testing.TB, srv *server, name string, timeout time.Duration, ok func(float64) bool, want string) error {
+	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		got := srv.metric(tb, name)
-		if got == want {
+		if ok(got) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is %v after %v, want %v", name, got, timeout, want)
+			return fmt.Errorf("%s is %v after %v, %s", name, got, timeout, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -396,12 +402,5 @@ func saveProfile(tb testing.TB, pprofAddr, name, path string) {
 // waitMetricAbove waits until the server's metric name is above v.
 func waitMetricAbove(tb testing.TB, srv *server, name string, v float64, timeout time.Duration) error {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for srv.metric(tb, name) <= v {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s stayed at %v for %v", name, v, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
+	return waitMetricTo(tb, srv, name, timeout, func(got float64) bool { return got > v }, fmt.Sprintf("want above %v", v))
 }

@@ -33,7 +33,7 @@ func (l Listener) Accept() (net.Conn, error) {
 	// A socket that holds little unsent keeps room for a close frame
 	// (Finish); where the option is missing, nothing changes.
 	_ = setNotSentLimit(c, NotSentLimit)
-	return &Conn{Conn: c, pool: l.Pool, poller: l.Poller}, nil
+	return &Conn{Conn: c, pool: l.Pool, poller: l.Poller, sock: -1}, nil
 }
 
 // NotSentLimit is how many bytes the kernel may hold that it has not yet
@@ -84,6 +84,7 @@ type Conn struct {
 	// Parking (park.go): the Poller, where c is in it, the reader's wake
 	// function while parked, and noPark once something needs the reader.
 	poller *Poller
+	sock   int // the socket's descriptor, looked up once by Start; -1: none
 	park   parking
 	wake   func()
 	noPark atomic.Bool

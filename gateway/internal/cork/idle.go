@@ -142,6 +142,9 @@ func (c *Conn) Start(alive func()) {
 	c.frames.start()
 	// The read deadlines net/http set while reading the request are over
 	// (gorilla cleared them): the connection may park from now on.
+	if fd, ok := c.fd(); ok {
+		c.sock = fd
+	}
 	c.noPark.Store(false)
 }
 

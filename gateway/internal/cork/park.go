@@ -34,15 +34,11 @@ type parking struct {
 // not idle (taken: Idle's argument), has no poller or no socket, or is
 // closing.
 func (c *Conn) Park(taken uint64, wake func()) bool {
-	if c.poller == nil || c.noPark.Load() || !c.Idle(taken) {
-		return false
-	}
-	fd, ok := c.fd()
-	if !ok {
+	if c.poller == nil || c.sock < 0 || c.noPark.Load() || !c.Idle(taken) {
 		return false
 	}
 	c.wake = wake
-	if !c.poller.add(c, fd) {
+	if !c.poller.add(c, c.sock) {
 		c.wake = nil
 		return false
 	}
