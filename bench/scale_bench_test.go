@@ -62,7 +62,10 @@ const (
 // TETHER_SCALE_HEAP=path saves the server's heap profile (and its
 // goroutines' beside it) when the idle sessions are measured, before the
 // forced GC; TETHER_SCALE_STORM_PROFILE=path its CPU profile of the
-// storm's first 5 s, and its goroutines 2 s in. Run it once:
+// storm's first 5 s, and its goroutines 2 s in. TETHER_SCALE_AWAKE=1
+// runs the server with hibernation and memory return off
+// (--hibernate-after 0 --memory-return 0), the figures to compare with.
+// Run it once:
 //
 //	TETHER_SCALE_SESSIONS=18000 go test -run '^$' -bench 'BenchmarkScale$' -benchtime 1x -timeout 30m ./bench/
 func BenchmarkScale(b *testing.B) {
@@ -108,7 +111,12 @@ func measureScale(b *testing.B, n int) scaleResult {
 	// --idle-timeout 1h: no session leaves memory during the run, so the
 	// warm-up's and the active rounds' sessions weigh the same in every
 	// reading.
-	srv := startServer(b, "--rate", "0", "--max-sessions-per-user", "-1", "--idle-timeout", "1h", "--pprof", pprofAddr)
+	flags := []string{"--rate", "0", "--max-sessions-per-user", "-1", "--idle-timeout", "1h", "--pprof", pprofAddr}
+	awake := os.Getenv("TETHER_SCALE_AWAKE") == "1"
+	if awake {
+		flags = append(flags, "--hibernate-after", "0", "--memory-return", "0")
+	}
+	srv := startServer(b, flags...)
 	var r scaleResult
 
 	// Warm up the server's pools, and measure the active sessions alone.
@@ -137,17 +145,19 @@ func measureScale(b *testing.B, n int) scaleResult {
 	if err := waitMetric(b, srv, "tether_connections", float64(n), time.Minute); err != nil {
 		b.Fatal(err)
 	}
-	// Quiet sessions hibernate (--hibernate-after, 10 s by default): an
-	// idle session is measured as a node that runs normally holds it.
-	returns := srv.metric(b, "tether_memory_returns_total")
-	if err := waitMetric(b, srv, "tether_sessions_asleep", float64(n), 2*time.Minute); err != nil {
-		b.Fatal(err)
-	}
-	// And the node gives what they freed back to the OS (--memory-return,
-	// every 10 s by default, after such a wave): wait for it, as a node
-	// that runs for a while has had it.
-	if err := waitMetricAbove(b, srv, "tether_memory_returns_total", returns, time.Minute); err != nil {
-		b.Fatal(err)
+	if !awake {
+		// Quiet sessions hibernate (--hibernate-after, 10 s by default):
+		// an idle session is measured as a node that runs normally holds it.
+		returns := srv.metric(b, "tether_memory_returns_total")
+		if err := waitMetric(b, srv, "tether_sessions_asleep", float64(n), 2*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		// And the node gives what they freed back to the OS
+		// (--memory-return, every 10 s by default, after such a wave): wait
+		// for it, as a node that runs for a while has had it.
+		if err := waitMetricAbove(b, srv, "tether_memory_returns_total", returns, time.Minute); err != nil {
+			b.Fatal(err)
+		}
 	}
 	waitQuiet(b, srv)
 	r.full = srv.rss(b)
@@ -183,10 +193,14 @@ func measureScale(b *testing.B, n int) scaleResult {
 		}()
 		time.Sleep(100 * time.Millisecond) // the profile has started
 	}
+	cpu0 := srv.cpu(b)
+	busy0, all0 := machineBusy()
 	start := time.Now()
 	if r.storm, err = fleet.storm(5 * time.Minute); err != nil {
 		b.Fatal(err)
 	}
+	cpu1 := srv.cpu(b)
+	busy1, all1 := machineBusy()
 	profiled.Wait()
 	r.stormTo = time.Since(start)
 	r.stormOverflows = listenOverflows() - overflows
@@ -203,11 +217,41 @@ func measureScale(b *testing.B, n int) scaleResult {
 	// net.core.somaxconn) are dropped and sent again by the kernel 1 s,
 	// 3 s, … later: that delay is part of s-storm. The counter is the
 	// machine's, so another program's overflows would count too.
+	// Whether the storm waits or computes: the server's CPU over the
+	// storm, and how busy the machine's cores were (clients included).
+	b.Logf("during the storm: server CPU %v, machine cores busy %.0f%%", (cpu1 - cpu0).Round(time.Millisecond),
+		100*float64(busy1-busy0)/float64(max(all1-all0, 1)))
 	b.Logf("listen queue overflows (TcpExt ListenOverflows) during the open: %d, during the storm: %d", r.openOverflows, r.stormOverflows)
 	if killed := fleet.close(); killed > 0 {
 		b.Errorf("%d client processes did not exit when their stdin closed", killed)
 	}
 	return r
+}
+
+// machineBusy is the machine's busy and total CPU time so far (in
+// /proc/stat's ticks: everything but idle and iowait is busy), or zeros
+// if unknown.
+func machineBusy() (busy, all int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		all += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, all
 }
 
 // listenOverflows is the machine's count of connections dropped because
