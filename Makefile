@@ -8,7 +8,7 @@ BENCHTIME ?= 1s
 NPM      ?= npm
 WEB      := gateway/web
 
-.PHONY: run cluster build test chromium node-deps bench bench-micro vet tidy-check staticcheck fmt fuzz clean
+.PHONY: run cluster build test chromium node-deps bench bench-micro bench-resume vet tidy-check staticcheck fmt fuzz clean
 
 ## run: a single node on $(LISTEN), data in $(DATA), dev tokens on, the demo engine
 ## (a slow search tool, so the page at http://$(LISTEN)/ shows tools running)
@@ -94,6 +94,17 @@ $(TOOLS)/staticcheck-$(STATICCHECK_VERSION):
 	cp $(TOOLS)/staticcheck $@
 staticcheck: $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
 	$(TOOLS)/staticcheck-$(STATICCHECK_VERSION) ./...
+
+## bench-resume: BenchmarkResume with Centrifugo recovering the same entries in the same
+## run (issue 20's yardstick); Centrifugo is built at a pinned version into bin/tools on first use
+CENTRIFUGO_VERSION ?= v6.9.1
+RESUMETIME ?= 500x
+$(TOOLS)/centrifugo-$(CENTRIFUGO_VERSION):
+	GOBIN=$(TOOLS) $(GO) install github.com/centrifugal/centrifugo/v6@$(CENTRIFUGO_VERSION)
+	cp $(TOOLS)/centrifugo $@
+bench-resume: $(TOOLS)/centrifugo-$(CENTRIFUGO_VERSION)
+	TETHER_BENCH_CENTRIFUGO_BIN=$(TOOLS)/centrifugo-$(CENTRIFUGO_VERSION) \
+		$(GO) test -run '^$$' -bench 'BenchmarkResume$$' -benchtime $(RESUMETIME) -timeout 20m ./bench/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

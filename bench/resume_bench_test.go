@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -14,10 +15,21 @@ import (
 // missed from a real `tether serve` process (the session active, its
 // client gone): from the dial to the last missed entry held by the
 // client, the history_batch and every history page it needs included.
-// Sub-benchmarks for 10, 100 and 1,000 missed entries; reports p50 and p99.
+// Sub-benchmarks for 10, 100 and 1,000 missed entries; reports p50, p99
+// and the server's CPU time per recovery.
+//
+// With TETHER_BENCH_CENTRIFUGO_BIN set (`make bench-resume`), every
+// iteration also recovers the same number of entries from a Centrifugo
+// process, the issue's yardstick, alternating which goes first: both
+// meet the same moments of this noisy machine. Its figures are reported
+// beside Tether's (cf-p50-ms, cf-cpu-us) with the ratio of the p50s.
 func BenchmarkResume(b *testing.B) {
 	srv := startServer(b, "--rate", "0")
 	tok := tokenFor(b, "bench")
+	var cf *centrifugo
+	if bin := os.Getenv("TETHER_BENCH_CENTRIFUGO_BIN"); bin != "" {
+		cf = startCentrifugo(b, bin)
+	}
 	for _, missed := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("missed=%d", missed), func(b *testing.B) {
 			ws, s, err := hello(srv.url(), tok, "", 0)
@@ -30,24 +42,67 @@ func BenchmarkResume(b *testing.B) {
 			}
 			ws.Close()
 			from := last - uint64(missed)
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				got, err := recoverMissed(srv.url(), tok, s.SessionID, from, last)
-				if err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				if got != missed {
-					b.Fatalf("recovered %d entries, want %d", got, missed)
-				}
+			ours := recovery{name: "", cpu: func() time.Duration { return srv.cpu(b) }, once: func() (int, error) {
+				return recoverMissed(srv.url(), tok, s.SessionID, from, last)
+			}}
+			if cf == nil {
+				measureRecovery(b, missed, ours)
+				return
 			}
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			channel := fmt.Sprintf("chat%d", missed)
+			epoch, cfLast := cf.fill(b, channel, missed+10)
+			cfFrom, ctok := cfLast-uint64(missed), cf.token("bench")
+			measureRecovery(b, missed, ours, recovery{name: "cf-", cpu: cf.cpu, once: func() (int, error) {
+				return centrifugoRecover(cf.url(), ctok, channel, epoch, cfFrom)
+			}})
 		})
+	}
+}
+
+// recovery is one server's way to recover the missed entries; name
+// prefixes its metrics.
+type recovery struct {
+	name string
+	cpu  func() time.Duration // the server's CPU time so far
+	once func() (int, error)
+}
+
+// measureRecovery runs b.N rounds of every recovery (which must each
+// return missed entries), the first of a round alternating, and reports
+// each one's p50, p99 and server CPU per recovery, and with two the
+// ratio of their p50s.
+func measureRecovery(b *testing.B, missed int, rs ...recovery) {
+	lat := make([][]time.Duration, len(rs))
+	cpu := make([]time.Duration, len(rs))
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range rs {
+			r := rs[(i+k)%len(rs)]
+			c0, start := r.cpu(), time.Now()
+			got, err := r.once()
+			d := time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got != missed {
+				b.Fatalf("%srecovered %d entries, want %d", r.name, got, missed)
+			}
+			j := (i + k) % len(rs)
+			lat[j] = append(lat[j], d)
+			cpu[j] += r.cpu() - c0
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(rs))
+	for j, r := range rs {
+		slices.Sort(lat[j])
+		p50[j] = float64(lat[j][len(lat[j])/2].Microseconds()) / 1000
+		b.ReportMetric(p50[j], r.name+"p50-ms")
+		b.ReportMetric(float64(lat[j][len(lat[j])*99/100].Microseconds())/1000, r.name+"p99-ms")
+		b.ReportMetric(float64(cpu[j].Microseconds())/float64(b.N), r.name+"cpu-us")
+	}
+	if len(rs) == 2 {
+		b.ReportMetric(p50[0]/p50[1], "p50-ratio")
 	}
 }
 

@@ -109,12 +109,13 @@ func (c *conn) Deliver(o machine.Out) {
 	c.enqueue(b, bp, d)
 }
 
-// encode encodes o; the frames every send makes (its ack and entries) go
+// encode encodes o; the frames every send makes (its ack and entries) and
+// history batches (the largest frames, a page at a time in a replay) go
 // into pooled buffers, given back once written (a tenth of the server's
 // garbage under load was these frames).
 func (c *conn) encode(o machine.Out) ([]byte, *[]byte, error) {
 	switch o.(type) {
-	case *machine.EntryOut, *machine.AckOut:
+	case *machine.EntryOut, *machine.AckOut, *machine.BatchOut:
 		bp := c.srv.frames.Get().(*[]byte)
 		b, err := appendOut((*bp)[:0], o)
 		*bp = b

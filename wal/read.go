@@ -52,6 +52,10 @@ func (l *Log) ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]RawE
 				val = nil // cannot happen: the stand-in is plain
 			}
 		}
+		if buf == nil {
+			// One allocation for all when the entries are alike in size.
+			buf = make([]byte, 0, (len(val)+len(val)/4)*cap(out))
+		}
 		buf = append(buf, val...)
 		out, ends = append(out, RawEntry{Seq: seq}), append(ends, len(buf))
 	})

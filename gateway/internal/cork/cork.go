@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,11 +145,19 @@ func (c *Conn) Cork() {
 func (c *Conn) Text(payloads [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := 0
+	for _, p := range payloads {
+		n += len(p) + maxFrameHeader
+	}
+	c.buf = slices.Grow(c.buf, n)
 	for _, p := range payloads {
 		c.buf = appendTextFrame(c.buf, p)
 		c.ends = append(c.ends, len(c.buf))
 	}
 }
+
+// maxFrameHeader is the longest header of a server's frame.
+const maxFrameHeader = 10
 
 // appendTextFrame appends p framed as a final text frame (RFC 6455 5.2).
 func appendTextFrame(b, p []byte) []byte {
