@@ -80,8 +80,14 @@ func (r *Registry) corrupt(sid, what string, err error) {
 
 // interruptLater starts the reconnect window of a session whose actor
 // failed while a client was attached (the client was closed with 1011 and
-// its detach reached no actor), once that actor is gone. It is best
-// effort: if the store still fails, the next boot's recovery does it.
+// its detach reached no actor), once that actor is gone. It runs in the
+// session's slot of the registry, as the boot pass does: a client that
+// resumes meanwhile waits for it and then activates the session afresh,
+// so the two never claim the session at once (a claim's fence ends the
+// other's, and in a cluster one's pull can truncate what the other has
+// just loaded). If an actor got there first, that actor is told instead.
+// It is best effort: if the store still fails, the next boot's recovery
+// does it.
 func (r *Registry) interruptLater(sid string) {
 	r.mu.Lock()
 	a := r.actors[sid]
@@ -96,19 +102,41 @@ func (r *Registry) interruptLater(sid string) {
 		<-a.done
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 		defer cancel()
-		d, err := r.cfg.Journal.Claim(ctx, sid)
-		if err != nil {
-			r.log.Error("interrupt failed session", "session", sid, "err", err)
-			return
-		}
-		defer func() { _ = r.cfg.Journal.Release(context.Background(), sid, d.Header.Epoch) }()
-		if d.Header.Status != wal.StatusActive {
-			return
-		}
-		s, _ := machine.New(r.sessionConfig(), machine.Restore{Data: d}, r.clock.Now())
 		now := r.clock.Now()
-		if err := r.stepSync(ctx, s, d.Header.Epoch, machine.Recover{Boot: now, LastAlive: now}); err != nil {
-			r.log.Error("interrupt failed session", "session", sid, "err", err)
+		rec := machine.Recover{Boot: now, LastAlive: now}
+		for {
+			r.mu.Lock()
+			if r.closed {
+				r.mu.Unlock()
+				return
+			}
+			cur := r.actors[sid]
+			if cur == nil {
+				p := newActor(r, sid)
+				r.actors[sid] = p
+				r.mu.Unlock()
+				if err := r.start(ctx, p, &rec, true); err != nil && !errors.Is(err, errIdle) {
+					r.log.Error("interrupt failed session", "session", sid, "err", err)
+				}
+				return
+			}
+			r.mu.Unlock()
+			// Another activation got there first: once it runs, it
+			// is told (interrupted only if no client is attached by
+			// the time it steps this: machine.Recover).
+			select {
+			case <-cur.ready():
+			case <-ctx.Done():
+				return
+			}
+			if cur.startErr == nil && cur.post(rec) {
+				return
+			}
+			select { // it failed or is leaving: the slot frees
+			case <-cur.done:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 }

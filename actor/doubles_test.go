@@ -280,6 +280,8 @@ type testJournal struct {
 
 	claimGate    chan struct{} // when set, the next Claim waits for it
 	claimArrived chan string
+	// Claims under way, and the most that were at once.
+	claiming, mostClaiming int
 }
 
 type heldBatch struct {
@@ -338,7 +340,14 @@ func (j *testJournal) Claim(ctx context.Context, sid string) (wal.SessionData, e
 	j.mu.Lock()
 	g, arrived := j.claimGate, j.claimArrived
 	j.claimGate = nil
+	j.claiming++
+	j.mostClaiming = max(j.mostClaiming, j.claiming)
 	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		j.claiming--
+		j.mu.Unlock()
+	}()
 	if g != nil {
 		arrived <- sid
 		select {
@@ -348,6 +357,13 @@ func (j *testJournal) Claim(ctx context.Context, sid string) (wal.SessionData, e
 		}
 	}
 	return j.Log.Claim(ctx, sid)
+}
+
+// claimsAtOnce is the most Claims that were under way at once.
+func (j *testJournal) claimsAtOnce() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mostClaiming
 }
 
 // holdClaim makes the next Claim wait until the returned func is called;

@@ -49,6 +49,75 @@ func TestAppendFailureInterruptsSession(t *testing.T) {
 	}
 }
 
+// The interrupt of a failed session and a client's resume are one claim
+// at a time: the interrupt holds the session's place in the registry, so a
+// resume that arrives while it claims waits for it and then activates the
+// session afresh. Two claims at once on one node let the later one's fence
+// end the earlier one's appends (and in a cluster, one's pull truncate
+// what the other had loaded and shown).
+func TestInterruptAndResumeClaimInTurn(t *testing.T) {
+	e := newEnv(t)
+	c := newRecConn("c1")
+	h := e.create("s", "alice", c)
+	chat(t, h, c, "m1", "first")
+	arrived, open := e.j.holdClaim() // the interrupt's claim waits here
+	defer open()
+	e.j.failAppends(1, false)
+	if err := h.Send(t.Context(), "m2", "lost to the disk", nil); err != nil {
+		t.Fatal(err)
+	}
+	c.waitClosed(t, machine.CloseInternal)
+	<-arrived
+	if e.actorOf("s") == nil {
+		t.Fatal("the interrupt claims the session with no place in the registry: a resume would claim it too")
+	}
+	c2 := newRecConn("c2")
+	resumed := make(chan *Handle, 1)
+	go func() {
+		h2, _, _ := e.resume("s", "alice", 2, c2)
+		resumed <- h2
+	}()
+	open()
+	h2 := <-resumed
+	if seq := chat(t, h2, c2, "m2", "sent again"); seq != 3 {
+		t.Fatalf("the send after the resume stored as %d, want 3", seq)
+	}
+	if hd := e.waitStatus("s", wal.StatusActive); hd.LastSeq != 4 {
+		t.Fatalf("after the resume: %+v", hd)
+	}
+	if n := e.j.claimsAtOnce(); n != 1 {
+		t.Fatalf("%d claims of the session were under way at once", n)
+	}
+}
+
+// Whichever of the two gets to the session first after a failure, the
+// interrupt or a client's resume, they claim it in turn and the client
+// carries on: when the resume's activation is first, the interrupt is
+// posted to its actor once it runs (and, the client being attached,
+// changes nothing).
+func TestInterruptAndResumeRace(t *testing.T) {
+	e := newEnv(t)
+	c := newRecConn("c0")
+	h := e.create("s", "alice", c)
+	last := chat(t, h, c, "m0", "first") + 1
+	for i := range 20 {
+		e.j.failAppends(1, false)
+		if err := h.Send(t.Context(), fmt.Sprintf("lost%d", i), "lost to the disk", nil); err != nil {
+			t.Fatal(err)
+		}
+		c.waitClosed(t, machine.CloseInternal)
+		c = newRecConn(fmt.Sprintf("c%d", i+1))
+		h, _, _ = e.resume("s", "alice", last, c)
+		last = chat(t, h, c, fmt.Sprintf("m%d", i+1), "again") + 1
+	}
+	if hd := e.waitStatus("s", wal.StatusActive); hd.LastSeq != last {
+		t.Fatalf("after the last resume: %+v, want last seq %d", hd, last)
+	}
+	if n := e.j.claimsAtOnce(); n != 1 {
+		t.Fatalf("%d claims of the session were under way at once", n)
+	}
+}
+
 // postWait blocks while MailboxSize events wait for the actor, and its
 // context unblocks it; post from inside the node never blocks.
 func TestMailboxBackpressure(t *testing.T) {

@@ -154,20 +154,25 @@ func (r *Registry) recoverBoot(ctx context.Context, sid string) error {
 	a := newActor(r, sid)
 	r.actors[sid] = a
 	r.mu.Unlock()
-	return r.start(ctx, a, true, true)
+	return r.start(ctx, a, r.bootRecover(), true)
 }
 
-// recoverOne brings sid up to date in the log (Recover) and reports
-// whether the session has work in flight. Copies held for other owners
-// stay passive.
-func (r *Registry) recoverOne(ctx context.Context, sid string) (bool, error) {
+// bootRecover is the Recover of a session the previous run left.
+func (r *Registry) bootRecover() *machine.Recover {
+	return &machine.Recover{Boot: r.boot, LastAlive: r.lastAlive}
+}
+
+// recoverOne brings sid up to date in the log (rec) and reports whether
+// the session has work in flight. Copies held for other owners stay
+// passive.
+func (r *Registry) recoverOne(ctx context.Context, sid string, rec machine.Recover) (bool, error) {
 	d, err := r.cfg.Journal.Claim(ctx, sid)
 	if err != nil {
 		return false, fmt.Errorf("recover %s: %w", sid, err)
 	}
 	s, dmg := machine.New(r.sessionConfig(), machine.Restore{Data: d}, r.boot)
 	r.damaged(sid, dmg)
-	err = r.stepSync(ctx, s, d.Header.Epoch, machine.Recover{Boot: r.boot, LastAlive: r.lastAlive})
+	err = r.stepSync(ctx, s, d.Header.Epoch, rec)
 	if rerr := r.cfg.Journal.Release(ctx, sid, d.Header.Epoch); err == nil {
 		err = rerr
 	}

@@ -412,7 +412,11 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 			r.inflight.Add(1)
 		}
 		r.mu.Unlock()
-		err := r.start(ctx, a, needRecovery, false)
+		var rec *machine.Recover
+		if needRecovery {
+			rec = r.bootRecover()
+		}
+		err := r.start(ctx, a, rec, false)
 		if needRecovery {
 			r.inflight.Done()
 		}
@@ -420,15 +424,15 @@ func (r *Registry) get(ctx context.Context, sid string) (*actor, error) {
 	}
 }
 
-// start brings a, just put in r.actors, to life: it recovers the session
-// first if asked to, then activates it — unless this is the boot pass and
-// the session has nothing in flight (errIdle). Whoever waits on a.ready()
-// finds the outcome in a.startErr.
-func (r *Registry) start(ctx context.Context, a *actor, recovery, bootPass bool) error {
+// start brings a, just put in r.actors, to life: it brings the session
+// up to date first when rec is set, then activates it — unless this is a
+// pass of recovery alone (bootPass) and the session has nothing in flight
+// (errIdle). Whoever waits on a.ready() finds the outcome in a.startErr.
+func (r *Registry) start(ctx context.Context, a *actor, rec *machine.Recover, bootPass bool) error {
 	var err error
-	if recovery {
+	if rec != nil {
 		var work bool
-		work, err = r.recoverOne(ctx, a.sid)
+		work, err = r.recoverOne(ctx, a.sid, *rec)
 		if err == nil && !work && bootPass {
 			err = errIdle
 		}

@@ -97,7 +97,7 @@ func (j *journal) claim(ctx context.Context, sid string) (wal.SessionData, error
 	}
 	r := j.replicatorFor(sid, d.Header.Epoch, d.Header.LastSeq, d.Header.LastEpoch)
 	if err := r.fenceAll(ctx); err != nil {
-		j.drop(sid)
+		j.drop(sid, d.Header.Epoch)
 		_ = j.local.Release(context.Background(), sid, d.Header.Epoch)
 		return wal.SessionData{}, err
 	}

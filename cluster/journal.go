@@ -20,17 +20,29 @@ type journal struct {
 
 	mu    sync.Mutex
 	repls map[string]*replicator // sessions claimed here
+	// claiming holds the sessions with a claim or a creation under way
+	// here; the channel closes when it ends. A claim's steps (fence,
+	// read, pull, claim, catch up) hold only if no other claim of the
+	// same session runs between them on this node: another's pull may
+	// truncate what this one has just read as its log, and its
+	// replicator replaces this one's.
+	claiming map[string]chan struct{}
 }
 
 var _ actor.Journal = (*journal)(nil)
 
 func newJournal(c *Cluster) *journal {
-	return &journal{c: c, local: c.cfg.Store, repls: make(map[string]*replicator)}
+	return &journal{c: c, local: c.cfg.Store, repls: make(map[string]*replicator), claiming: make(map[string]chan struct{})}
 }
 
 // Create stores a new session here and on its replicas before it is
 // shown to anyone.
 func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error) {
+	unlock, err := j.exclusive(ctx, h.SessionID)
+	if err != nil {
+		return wal.Header{}, err
+	}
+	defer unlock()
 	cfg, err := j.c.cons.fresh(ctx)
 	if err != nil {
 		return wal.Header{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -44,7 +56,7 @@ func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal
 	}
 	r := j.replicatorFor(hdr.SessionID, hdr.Epoch, hdr.LastSeq, 0)
 	if err := r.fenceAll(ctx); err != nil {
-		j.drop(hdr.SessionID)
+		j.drop(hdr.SessionID, hdr.Epoch)
 		_ = j.local.Release(ctx, hdr.SessionID, hdr.Epoch)
 		_, _ = j.local.DeleteSession(ctx, hdr.SessionID, nil)
 		return wal.Header{}, fmt.Errorf("%w: store the new session on its replicas: %v", ErrUnavailable, err)
@@ -53,13 +65,47 @@ func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal
 }
 
 // Claim makes this node the session's owner (claim.go).
+// Claims of one session on this node run one at a time (exclusive).
 func (j *journal) Claim(ctx context.Context, sid string) (wal.SessionData, error) {
+	unlock, err := j.exclusive(ctx, sid)
+	if err != nil {
+		return wal.SessionData{}, err
+	}
+	defer unlock()
 	return j.claim(ctx, sid)
 }
 
-// Release gives the claim up.
+// exclusive waits until no other claim or creation of sid runs here and
+// marks one as running until unlock is called.
+func (j *journal) exclusive(ctx context.Context, sid string) (unlock func(), err error) {
+	for {
+		j.mu.Lock()
+		busy, ok := j.claiming[sid]
+		if !ok {
+			mine := make(chan struct{})
+			j.claiming[sid] = mine
+			j.mu.Unlock()
+			return func() {
+				j.mu.Lock()
+				delete(j.claiming, sid)
+				j.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		j.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Release gives up the claim made with epoch. A newer claim of the
+// session here keeps its replicator: the actor of an older one may end
+// after the next one has started.
 func (j *journal) Release(ctx context.Context, sid string, epoch uint64) error {
-	j.drop(sid)
+	j.drop(sid, epoch)
 	return j.local.Release(ctx, sid, epoch)
 }
 
@@ -151,12 +197,15 @@ func (j *journal) claimedUnder(sid string) uint64 {
 	return 0
 }
 
-func (j *journal) drop(sid string) {
+// drop stops sid's replicator if it is the one of the claim with epoch.
+func (j *journal) drop(sid string, epoch uint64) {
 	j.mu.Lock()
 	r := j.repls[sid]
+	if r == nil || r.epoch != epoch {
+		j.mu.Unlock()
+		return
+	}
 	delete(j.repls, sid)
 	j.mu.Unlock()
-	if r != nil {
-		r.stop()
-	}
+	r.stop()
 }

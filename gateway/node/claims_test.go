@@ -1,0 +1,125 @@
+package node_test
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/wal"
+)
+
+// The replicated journal's claims of one session on one node, driven
+// directly (as the registry, an interrupt or a re-replication would): a
+// claim's steps hold only if no other claim of the same session runs
+// between them there, and an old claim's release must not end a newer
+// one. The safety test that found this (cmd/tether's partition tests) lost
+// two entries a client had been shown: two claims on the owner, one
+// pulled a shorter copy over the entries the other had just loaded.
+
+// journalSession creates a session on its owner through the journal and
+// releases the claim the creation made; it returns the owner.
+func journalSession(t *testing.T, c *tcluster) (*tnode, string) {
+	t.Helper()
+	sid := rand.Text()
+	n := owner(t, sid, c.nodes...)
+	now := time.Now()
+	h, err := n.Cluster.Journal().Create(t.Context(), wal.Header{
+		SessionID: sid, UserID: "alice", Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Cluster.Journal().Release(t.Context(), sid, h.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	return n, sid
+}
+
+// Two claims of one session started at once on its owner take turns: each
+// gets an epoch of its own. At once, both read the same epoch from the
+// local copy, both fence with it (a fence by the same owner at the same
+// epoch passes), and both believe they own the session under it.
+func TestClaimsOfOneSessionTakeTurns(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, opts{})
+	n, sid := journalSession(t, c)
+	j := n.Cluster.Journal()
+	for round := range 5 {
+		var wg sync.WaitGroup
+		epochs := make([]uint64, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := j.Claim(t.Context(), sid)
+				epochs[i], errs[i] = d.Header.Epoch, err
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: claim: %v", round, err)
+			}
+		}
+		if epochs[0] == epochs[1] {
+			t.Fatalf("round %d: both claims hold epoch %d", round, epochs[0])
+		}
+		for _, e := range epochs {
+			_ = j.Release(t.Context(), sid, e)
+		}
+	}
+}
+
+// The release of an older claim (its actor ending after the next claim
+// started) leaves the newer claim replicating: its appends still reach
+// every replica.
+func TestReleaseOfAnOlderClaimKeepsTheNewer(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, opts{})
+	n, sid := journalSession(t, c)
+	j := n.Cluster.Journal()
+	old, err := j.Claim(t.Context(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := j.Claim(t.Context(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Release(t.Context(), sid, old.Header.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	h := cur.Header
+	h.LastSeq, h.LastActiveAt = 1, now
+	b := &wal.Batch{SessionID: sid, Epoch: cur.Header.Epoch, Header: h, Entries: []wal.Entry{
+		{Seq: 1, Role: "user", Content: "after the old claim's release", Time: float64(now.UnixMicro()) / 1e6},
+	}}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := j.AppendAsync(ctx, b, func(err error) { done <- err }); err != nil {
+		t.Fatalf("append under the newer claim: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("append under the newer claim: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the append under the newer claim was never answered")
+	}
+	// Done means stored on every replica: R copies hold the entry.
+	copies := 0
+	for _, m := range c.nodes {
+		if hd, ok := header(m, sid); ok && hd.LastSeq == 1 {
+			copies++
+		}
+	}
+	if r := n.Cluster.Configuration().Replicas; copies != r {
+		t.Fatalf("%d copies hold the entry, want %d", copies, r)
+	}
+}
