@@ -100,7 +100,10 @@
 // cover would miss what the owner in between wrote. The claim pulls the
 // newest copy and catches every current replica up before the session is
 // served (a failed append may have left entries here alone; they are
-// shown only once all replicas hold them). An actor
+// shown only once all replicas hold them). Claims of one session on one
+// node run one at a time (journal.exclusive): an epoch names one owner,
+// not one claim, and two claims at once there would both hold it, one's
+// pull truncating what the other had just read as its log. An actor
 // another node may have owned in between (this node was paused or cut
 // off, then came back as owner) is stopped before it serves a hello, and
 // its replicator ships nothing more: a copy it caught up would be marked

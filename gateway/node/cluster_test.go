@@ -184,8 +184,7 @@ func TestSnapshotFromAnyNode(t *testing.T) {
 	c := newCluster(t, 3, opts{})
 	tok := token(t, "alice")
 	l := newLedger(t)
-	cl := dial(t, c.nodes[0])
-	s := cl.hello(tok, "", 0)
+	cl, s := newSession(t, c.nodes[0], tok)
 	l.observe(s)
 	sid := s.SessionID
 	for i := range 3 {

@@ -37,8 +37,8 @@ func (c *outConn) batch() *machine.BatchOut {
 func TestForwardedBatchEncodedByOwner(t *testing.T) {
 	c := newCluster(t, 3, opts{})
 	tok := token(t, "alice")
-	first := dial(t, c.nodes[0])
-	sid := first.hello(tok, "", 0).SessionID
+	first, s := newSession(t, c.nodes[0], tok)
+	sid := s.SessionID
 	own := owner(t, sid, c.nodes...)
 	var other *tnode
 	for _, n := range c.nodes {

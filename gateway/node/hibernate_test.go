@@ -15,8 +15,8 @@ import (
 func TestHibernateAcrossNodes(t *testing.T) {
 	c := newCluster(t, 3, opts{hibernate: 100 * time.Millisecond})
 	tok := token(t, "alice")
-	first := dial(t, c.nodes[0])
-	sid := first.hello(tok, "", 0).SessionID
+	first, s := newSession(t, c.nodes[0], tok)
+	sid := s.SessionID
 	first.Drop()
 	own := owner(t, sid, c.nodes...)
 	via := notOwners(t, sid, c.nodes)

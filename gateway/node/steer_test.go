@@ -26,8 +26,8 @@ func TestSharedAndCancelAcrossNodes(t *testing.T) {
 	e := &partsEngine{parts: make(chan string, 16)}
 	c := newCluster(t, 3, opts{engine: e, flush: -1})
 	tok := token(t, "alice")
-	first := dial(t, c.nodes[0])
-	sid := first.hello(tok, "", 0).SessionID
+	first, s0 := newSession(t, c.nodes[0], tok)
+	sid := s0.SessionID
 	first.Drop()
 	via := notOwners(t, sid, c.nodes)
 	// A ledger each: a and b are shown the same entries, side by side.
@@ -102,8 +102,8 @@ func TestSharedAndCancelAcrossNodes(t *testing.T) {
 func TestApproveAcrossNodes(t *testing.T) {
 	c := newCluster(t, 3, opts{toolDelay: 30 * time.Millisecond})
 	tok := token(t, "alice")
-	first := dial(t, c.nodes[0])
-	sid := first.hello(tok, "", 0).SessionID
+	first, s0 := newSession(t, c.nodes[0], tok)
+	sid := s0.SessionID
 	first.Drop()
 	via := notOwners(t, sid, c.nodes)
 	a := dial(t, via[0])

@@ -61,8 +61,7 @@ func TestStreamResumeThroughOtherNodes(t *testing.T) {
 	tok := token(t, "alice")
 	for _, withMark := range []bool{true, false} {
 		t.Run(fmt.Sprintf("mark=%v", withMark), func(t *testing.T) {
-			first := dial(t, c.nodes[0])
-			s := first.hello(tok, "", 0)
+			first, s := newSession(t, c.nodes[0], tok)
 			sid := s.SessionID
 			own := owner(t, sid, c.nodes...)
 			var via []*tnode // the two nodes that do not own the session

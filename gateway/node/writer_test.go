@@ -45,19 +45,7 @@ func startWriter(t testing.TB, name string, pick func(int) *tnode) *writer {
 	t.Helper()
 	w := &writer{t: t, name: name, tok: token(t, name), l: newLedger(t), pick: pick, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	n := pick(0)
-	var c *wsc
-	var s frame
-	for deadline := time.Now().Add(waitFor); ; {
-		c = dial(t, n)
-		if s = c.hello(w.tok, "", 0); s.Type != "error" || s.Code != "unavailable" || time.Now().After(deadline) {
-			break
-		}
-		c.Drop() // the cluster is settling (a link still dialing): retry, as a client would
-		time.Sleep(50 * time.Millisecond)
-	}
-	if s.Type != "session" {
-		t.Fatalf("%s: new session via %s: %s", name, n.id, s.Raw)
-	}
+	c, s := newSession(t, n, w.tok)
 	w.l.observe(s)
 	w.sid = s.SessionID
 	w.through = append(w.through, n.id)

@@ -206,21 +206,41 @@ func (l *ledger) check(log []frame) uint64 {
 	return uint64(len(log))
 }
 
+// helloRetry dials n and says hello (a new session when sid is empty),
+// again while the answer is unavailable, as a client would (the cluster
+// is settling: a configuration being applied, a link still dialing, a
+// node under load missing a heartbeat), for up to waitFor; it returns the
+// connection and the last answer.
+func helloRetry(t testing.TB, n *tnode, tok, sid string, lastSeq uint64) (*wsc, frame) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); ; {
+		c := dial(t, n)
+		s := c.hello(tok, sid, lastSeq)
+		if s.Type != "error" || s.Code != "unavailable" || time.Now().After(deadline) {
+			return c, s
+		}
+		c.Drop()
+		time.Sleep(50 * time.Millisecond) // a client's retry backoff
+	}
+}
+
+// newSession opens a new session through n (helloRetry) and returns the
+// connection and the session frame.
+func newSession(t testing.TB, n *tnode, tok string) (*wsc, frame) {
+	t.Helper()
+	c, s := helloRetry(t, n, tok, "", 0)
+	if s.Type != "session" {
+		t.Fatalf("new session via %s: %s", n.id, s.Raw)
+	}
+	return c, s
+}
+
 // wholeLog resumes sid at 0 through n (the resume batch holds the whole
 // log: the nodes replay up to 1000 entries) and returns its entries; the
 // connection is closed after.
 func wholeLog(t testing.TB, n *tnode, tok, sid string) []frame {
 	t.Helper()
-	var c *wsc
-	var s frame
-	for deadline := time.Now().Add(waitFor); ; {
-		c = dial(t, n)
-		if s = c.hello(tok, sid, 0); s.Type != "error" || s.Code != "unavailable" || time.Now().After(deadline) {
-			break
-		}
-		c.Drop() // the cluster is settling: retry, as a client would
-		time.Sleep(50 * time.Millisecond)
-	}
+	c, s := helloRetry(t, n, tok, sid, 0)
 	defer c.Drop()
 	if s.Type != "session" || !s.Resumed {
 		t.Fatalf("resume %s via %s: %s", sid, n.id, s.Raw)
