@@ -3,10 +3,12 @@ package node_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/wal"
 )
 
@@ -25,9 +27,13 @@ func journalSession(t *testing.T, c *tcluster) (*tnode, string) {
 	sid := rand.Text()
 	n := owner(t, sid, c.nodes...)
 	now := time.Now()
-	h, err := n.Cluster.Journal().Create(t.Context(), wal.Header{
-		SessionID: sid, UserID: "alice", Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
-	}, nil)
+	var h wal.Header
+	err := untilAvailable(func() (err error) {
+		h, err = n.Cluster.Journal().Create(t.Context(), wal.Header{
+			SessionID: sid, UserID: "alice", Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
+		}, nil)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +41,19 @@ func journalSession(t *testing.T, c *tcluster) (*tnode, string) {
 		t.Fatal(err)
 	}
 	return n, sid
+}
+
+// untilAvailable runs try again while it fails with unavailable (under
+// load a node can miss its Raft leader's heartbeat for a moment; a client
+// or the registry retries then too), for up to waitFor.
+func untilAvailable(try func() error) error {
+	for deadline := time.Now().Add(waitFor); ; {
+		err := try()
+		if !errors.Is(err, cluster.ErrUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // a retry's backoff
+	}
 }
 
 // Two claims of one session started at once on its owner take turns: each
@@ -47,28 +66,31 @@ func TestClaimsOfOneSessionTakeTurns(t *testing.T) {
 	n, sid := journalSession(t, c)
 	j := n.Cluster.Journal()
 	for round := range 5 {
-		var wg sync.WaitGroup
 		epochs := make([]uint64, 2)
-		errs := make([]error, 2)
-		for i := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d, err := j.Claim(t.Context(), sid)
-				epochs[i], errs[i] = d.Header.Epoch, err
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				t.Fatalf("round %d: claim: %v", round, err)
+		err := untilAvailable(func() error {
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := j.Claim(t.Context(), sid)
+					epochs[i], errs[i] = d.Header.Epoch, err
+				}()
 			}
+			wg.Wait()
+			for i, err := range errs {
+				if err == nil {
+					defer func() { _ = j.Release(t.Context(), sid, epochs[i]) }()
+				}
+			}
+			return errors.Join(errs...)
+		})
+		if err != nil {
+			t.Fatalf("round %d: claim: %v", round, err)
 		}
 		if epochs[0] == epochs[1] {
 			t.Fatalf("round %d: both claims hold epoch %d", round, epochs[0])
-		}
-		for _, e := range epochs {
-			_ = j.Release(t.Context(), sid, e)
 		}
 	}
 }
@@ -81,41 +103,46 @@ func TestReleaseOfAnOlderClaimKeepsTheNewer(t *testing.T) {
 	c := newCluster(t, 3, opts{})
 	n, sid := journalSession(t, c)
 	j := n.Cluster.Journal()
-	old, err := j.Claim(t.Context(), sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, err := j.Claim(t.Context(), sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Release(t.Context(), sid, old.Header.Epoch); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	h := cur.Header
-	h.LastSeq, h.LastActiveAt = 1, now
-	b := &wal.Batch{SessionID: sid, Epoch: cur.Header.Epoch, Header: h, Entries: []wal.Entry{
-		{Seq: 1, Role: "user", Content: "after the old claim's release", Time: float64(now.UnixMicro()) / 1e6},
-	}}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := j.AppendAsync(ctx, b, func(err error) { done <- err }); err != nil {
-		t.Fatalf("append under the newer claim: %v", err)
-	}
-	select {
-	case err := <-done:
+	var seq uint64
+	err := untilAvailable(func() error {
+		old, err := j.Claim(t.Context(), sid)
 		if err != nil {
-			t.Fatalf("append under the newer claim: %v", err)
+			return err
 		}
-	case <-ctx.Done():
-		t.Fatal("the append under the newer claim was never answered")
+		cur, err := j.Claim(t.Context(), sid)
+		if err != nil {
+			return err
+		}
+		if err := j.Release(t.Context(), sid, old.Header.Epoch); err != nil {
+			return err
+		}
+		now := time.Now()
+		h := cur.Header
+		seq = h.LastSeq + 1 // 1, or 2 when a try before failed to replicate it
+		h.LastSeq, h.LastActiveAt = seq, now
+		b := &wal.Batch{SessionID: sid, Epoch: cur.Header.Epoch, Header: h, Entries: []wal.Entry{
+			{Seq: seq, Role: "user", Content: "after the old claim's release", Time: float64(now.UnixMicro()) / 1e6},
+		}}
+		done := make(chan error, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		if err := j.AppendAsync(ctx, b, func(err error) { done <- err }); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return errors.New("the append under the newer claim was never answered")
+		}
+	})
+	if err != nil {
+		t.Fatalf("append under the newer claim: %v", err)
 	}
 	// Done means stored on every replica: R copies hold the entry.
 	copies := 0
 	for _, m := range c.nodes {
-		if hd, ok := header(m, sid); ok && hd.LastSeq == 1 {
+		if hd, ok := header(m, sid); ok && hd.LastSeq == seq {
 			copies++
 		}
 	}
