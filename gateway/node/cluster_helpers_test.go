@@ -19,7 +19,6 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tether-dev/tether/actor"
-	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/cluster/clustertest"
@@ -35,6 +34,26 @@ var secret = []byte(nodetest.Secret)
 // waitFor bounds every wait on a condition: generous, the machine is
 // shared and the race detector is on.
 const waitFor = 30 * time.Second
+
+// settleFor bounds the waits for the cluster to agree after a change of
+// members (every node's view, one owner per session): gossip's probes and
+// the leader's reconfiguration run on timers that starve first when
+// make test loads both cores (TestJoinUnderLoad, 22 s alone, took 195 s
+// there and its 20 s wait for a joined node's view ran out). Like every
+// wait it ends as soon as its condition holds.
+const settleFor = 90 * time.Second
+
+// settled polls cond until it holds, failing the test after settleFor.
+func settled(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(settleFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", settleFor, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
+	}
+}
 
 // quiet is the nodes' logger; TETHER_TEST_LOG=1 shows their logs,
 // TETHER_TEST_LOG=debug memberlist's too.
@@ -261,7 +280,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 	}
 	slices.Sort(want)
 	w := strings.Join(want, ",")
-	actortest.Eventually(c.t, "every node to see "+w, func() bool {
+	settled(c.t, "every node to see "+w, func() bool {
 		for _, n := range nodes {
 			if memberIDs(n) != w || n.Cluster.Stats().Members != len(nodes) {
 				return false
@@ -280,7 +299,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 func owner(t testing.TB, sid string, nodes ...*tnode) *tnode {
 	t.Helper()
 	var found *tnode
-	actortest.Eventually(t, "exactly one node to own "+sid, func() bool {
+	settled(t, "exactly one node to own "+sid, func() bool {
 		found = nil
 		for _, n := range nodes {
 			if n.Cluster.Owns(sid) {
