@@ -139,8 +139,10 @@ func TestGracefulLeaveUnderLoad(t *testing.T) {
 	}
 }
 
+// Not parallel: with the package's other clusters beside it under make
+// test's load, the joined node's view did not settle in time in two of
+// six runs (once within 90 s); alone it takes 22 s.
 func TestJoinUnderLoad(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t, 3, opts{})
 	var ws load
 	for i := range 12 {

@@ -103,8 +103,7 @@ func TestResumeViaAnyNode(t *testing.T) {
 	tok := token(t, "alice")
 	l := newLedger(t)
 
-	c1 := dial(t, n1)
-	s := c1.hello(tok, "", 0)
+	c1, s := helloRetry(t, n1, tok, "", 0)
 	if s.Type != "session" || s.Resumed || s.Reason != "new" {
 		t.Fatalf("new session: %s", s.Raw)
 	}
