@@ -1,7 +1,8 @@
 // Package actortest is test support for the actor and the packages above
 // it, as httptest is for net/http: a clock that moves only when told
 // (ManualClock, an actor.Clock), and the one way Tether's tests wait for
-// a condition (Eventually, Recv), with one bound (Patience).
+// a condition (Eventually, Recv), bounded by Patience (EventuallyWithin
+// for the rare wait that needs longer).
 //
 // It imports nothing of Tether's, so that every package's own tests can
 // use it.
@@ -12,5 +13,7 @@
 //     told (Advance, AfterFunc, Now).
 //   - Eventually, Recv: wait for a condition, or for a value on a
 //     channel, failing the test after Patience.
-//   - Patience: the one bound on every wait in Tether's tests.
+//   - EventuallyWithin: Eventually with another bound (a cluster
+//     agreeing after a change of members, under load).
+//   - Patience: the bound on waits in Tether's tests.
 package actortest

@@ -14,10 +14,18 @@ const Patience = 20 * time.Second
 // Eventually polls cond until it holds, failing the test after Patience.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Patience)
+	EventuallyWithin(t, Patience, what, cond)
+}
+
+// EventuallyWithin is Eventually with another bound, for the few waits
+// that outlast Patience under load (a cluster agreeing after a change of
+// members).
+func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", Patience, what)
+			t.Fatalf("timed out after %v waiting until %s", bound, what)
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tether-dev/tether/actor"
+	"github.com/tether-dev/tether/actor/actortest"
 	"github.com/tether-dev/tether/actor/engine"
 	"github.com/tether-dev/tether/cluster"
 	"github.com/tether-dev/tether/cluster/clustertest"
@@ -42,18 +43,6 @@ const waitFor = 30 * time.Second
 // there and its 20 s wait for a joined node's view ran out). Like every
 // wait it ends as soon as its condition holds.
 const settleFor = 90 * time.Second
-
-// settled polls cond until it holds, failing the test after settleFor.
-func settled(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(settleFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", settleFor, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
 
 // quiet is the nodes' logger; TETHER_TEST_LOG=1 shows their logs,
 // TETHER_TEST_LOG=debug memberlist's too.
@@ -280,7 +269,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 	}
 	slices.Sort(want)
 	w := strings.Join(want, ",")
-	settled(c.t, "every node to see "+w, func() bool {
+	actortest.EventuallyWithin(c.t, settleFor, "every node to see "+w, func() bool {
 		for _, n := range nodes {
 			if memberIDs(n) != w || n.Cluster.Stats().Members != len(nodes) {
 				return false
@@ -299,7 +288,7 @@ func (c *tcluster) waitView(nodes ...*tnode) {
 func owner(t testing.TB, sid string, nodes ...*tnode) *tnode {
 	t.Helper()
 	var found *tnode
-	settled(t, "exactly one node to own "+sid, func() bool {
+	actortest.EventuallyWithin(t, settleFor, "exactly one node to own "+sid, func() bool {
 		found = nil
 		for _, n := range nodes {
 			if n.Cluster.Owns(sid) {
