@@ -227,12 +227,45 @@ func (c *conn) fail(code, msg string, closeCode int) {
 	c.closeWith(closeCode, msg)
 }
 
-// sendPing queues a websocket ping (the reaper's heartbeat).
+// sendPing sends a websocket ping (the reaper's heartbeat). To a
+// connection with no writer running and nothing queued it is written at
+// once, on the reaper's goroutine (package cork: TryWrite): one heartbeat
+// to thousands of quiet connections would otherwise start as many writer
+// goroutines at once, whose stacks the runtime gives back to the OS only
+// slowly after they exit. When the socket cannot take it at once, the
+// writer sends it as any frame.
 func (c *conn) sendPing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || c.stopped {
 		return
+	}
+	if c.cork != nil && !c.writing && len(c.queue) == 0 {
+		c.writing = true // the writer's role: no writer starts meanwhile
+		c.writers.Add(1)
+		c.mu.Unlock()
+		ping := [2]byte{0x80 | websocket.PingMessage, 0} // final, empty, unmasked
+		sent, err := c.cork.TryWrite(ping[:])
+		c.mu.Lock()
+		c.writing = false
+		c.writers.Done()
+		if err != nil {
+			// Part of the ping is out: the client stopped reading. As
+			// stalled does, its next frame is the close (after the rest).
+			c.queue, c.owned, c.closing = nil, nil, true
+			if c.final == nil {
+				c.final = &closeReq{wire.CloseTryAgain, "client stopped reading; resume to get the rest"}
+				c.srv.metrics.slow.Inc()
+			}
+			c.kick()
+			return
+		}
+		if sent {
+			if len(c.queue) > 0 || c.final != nil {
+				c.kick() // queued while the ping was written
+			}
+			return
+		}
 	}
 	c.ping = true
 	c.kick()

@@ -85,8 +85,10 @@ func TestFramesInOneSegment(t *testing.T) {
 // to read, its socket is parked in the server's poller and no goroutine
 // waits for it (a reader blocked inside gorilla would hold a 4 KiB stack,
 // one in cork.Conn.WaitIdle 2 KiB, for as long as the connection is
-// idle); the pongs answering the server's heartbeat wake it only to park
-// it again, and its next frame is read as ever. Not parallel: it counts
+// idle); the server's heartbeat pings it and takes its pong without
+// starting a goroutine for either (a heartbeat to thousands of idle
+// connections would start thousands at once), and its next frame is
+// read as ever. Not parallel: it counts
 // the test binary's goroutines.
 func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 	n := startNode(t, nodetest.Options{Gateway: gateway.Config{PingInterval: 20 * time.Millisecond, PongWait: time.Minute}})
@@ -120,6 +122,18 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 		parked, _ := n.metric(t, "tether_connections_parked")
 		return parked == conns && readerGoroutines() == 0
 	})
+	// The heartbeat itself runs nothing on the gateway's workers: the
+	// pings are written on the reaper's goroutine and the pongs taken on
+	// the poller's, so ten more rounds leave the task count as it was.
+	tasks, _ := n.metric(t, "tether_connection_tasks_total")
+	if tasks == 0 {
+		t.Fatal("tether_connection_tasks_total is 0 after the hellos and chats")
+	}
+	more := pongs.Load() + 10*conns
+	actortest.Eventually(t, "ten more heartbeats answered", func() bool { return pongs.Load() >= more })
+	if after, _ := n.metric(t, "tether_connection_tasks_total"); after != tasks {
+		t.Fatalf("ten heartbeat rounds to %d idle connections ran %.0f tasks on the gateway's workers, want 0", conns, after-tasks)
+	}
 	// Woken by a frame, a parked connection answers it. The pongs stop
 	// first: every 20 ms each would wake its connection for a moment,
 	// and under load all of them are seldom parked at the same instant.

@@ -24,6 +24,9 @@ type Metrics struct {
 	errors *prometheus.CounterVec
 	// parked counts the connections parked in the server's poller.
 	parked atomic.Pointer[func() int]
+	// tasks counts what connections handed to the server's worker
+	// goroutines (frames to read, batches to write).
+	tasks atomic.Pointer[func() uint64]
 	// returns counts the times freed memory was returned to the OS after
 	// a wave of hibernations (the serve command's --memory-return).
 	returns prometheus.Counter
@@ -68,7 +71,15 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.conns, m.opened, m.closes, m.slow, m.batch, m.resume, m.errors, parked, m.returns,
+	tasks := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tether_connection_tasks_total", Help: "Reads and writes of client connections run on the gateway's worker goroutines (a heartbeat to an idle connection runs none).",
+	}, func() float64 {
+		if f := m.tasks.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	m.reg.MustRegister(m.conns, m.opened, m.closes, m.slow, m.batch, m.resume, m.errors, parked, tasks, m.returns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

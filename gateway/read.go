@@ -60,16 +60,22 @@ func (c *conn) readLoop() {
 	c.srv.workers.Go(c.readFrames)
 }
 
-// woken is called by the poller when a parked connection's client sent
-// something (or the connection needs its reader); it must not block.
-func (c *conn) woken() { c.srv.workers.Go(c.readWoken) }
-
-// readWoken takes what woke the connection: frames are read as ever; a
-// lone pong is noted and the connection parks again.
-func (c *conn) readWoken() {
+// woken is called by the poller, on its goroutine, when a parked
+// connection's client sent something (or the connection needs its
+// reader); it must not block, and until it hands over it is the
+// connection's reader. A lone pong (the answer to the heartbeat) is
+// taken right there and the connection parks again: thousands of clients
+// answering one heartbeat would otherwise each start a goroutine at once.
+// Anything else is read on a worker.
+func (c *conn) woken() {
 	if !c.cork.Ready(c.taken) && c.cork.Park(c.taken, c.woken) {
 		return
 	}
+	c.srv.workers.Go(c.readWoken)
+}
+
+// readWoken reads what woke the connection.
+func (c *conn) readWoken() {
 	c.cork.WaitIdle(c.taken) // at once unless it could not park again
 	c.readFrames()
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -205,6 +206,8 @@ func New(cfg Config) (*Server, error) {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
+	tasks := s.workers.Tasks
+	s.metrics.tasks.Store(&tasks)
 	if p, err := cork.NewPoller(); err == nil {
 		s.poller = p
 		parked := p.Parked
@@ -310,13 +313,16 @@ func (s *Server) reap() {
 	every := max(min(s.cfg.HelloTimeout, s.cfg.PingInterval)/4, 5*time.Millisecond)
 	t := time.NewTicker(min(every, time.Second))
 	defer t.Stop()
+	// One list for every tick: a new one each second is garbage enough
+	// (8 bytes a connection) to keep an idle node collecting.
+	var conns []*conn
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case now := <-t.C:
 			s.mu.Lock()
-			conns := make([]*conn, 0, len(s.conns))
+			conns = slices.Grow(conns[:0], len(s.conns))
 			for c := range s.conns {
 				conns = append(conns, c)
 			}
@@ -324,6 +330,7 @@ func (s *Server) reap() {
 			for _, c := range conns {
 				s.check(c, now)
 			}
+			clear(conns) // holds no closed connection until the next tick
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package workers
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Config configures a Pool.
 type Config struct {
@@ -19,6 +22,7 @@ type Pool struct {
 	idle    []chan func() // parked goroutines, the most recently parked last
 	closed  bool
 	wg      sync.WaitGroup
+	tasks   atomic.Uint64
 }
 
 // New returns a Pool.
@@ -32,6 +36,7 @@ func New(cfg Config) *Pool {
 // Go runs task on a parked goroutine, or on a new one. It never blocks.
 // After Close, task runs on a goroutine of its own.
 func (p *Pool) Go(task func()) {
+	p.tasks.Add(1)
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		// The most recently parked goroutine: its stack is the likeliest
@@ -91,6 +96,9 @@ func (p *Pool) loop(task func()) {
 //
 //go:noinline
 func use(b *[stackHold]byte) { b[0] = 1 }
+
+// Tasks reports how many tasks Go was given.
+func (p *Pool) Tasks() uint64 { return p.tasks.Load() }
 
 // Idle reports how many goroutines are parked.
 func (p *Pool) Idle() int {

@@ -30,6 +30,9 @@ func TestReuse(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("10 tasks one after another ran on %d goroutines, want 1", len(ids))
 	}
+	if got := p.Tasks(); got != 10 {
+		t.Fatalf("Tasks() = %d after 10 tasks", got)
+	}
 
 	// Five at once need five goroutines; two stay parked afterwards.
 	var started, release sync.WaitGroup

@@ -49,6 +49,10 @@ const NotSentLimit = 32 << 10
 // connection wraps one).
 var errNoSocket = errors.New("cork: not a socket")
 
+// ErrTorn is TryWrite's when the socket took only part of the bytes: the
+// peer stopped reading, and the rest waits for Finish.
+var ErrTorn = errors.New("cork: frame torn: the peer is not reading")
+
 // Unwrap returns the connection under c when c is a Conn, c otherwise.
 func Unwrap(c net.Conn) net.Conn {
 	if cc, ok := c.(*Conn); ok {

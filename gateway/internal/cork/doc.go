@@ -35,9 +35,16 @@
 // read deadline the connection never parks again, so the deadline is
 // enforced by a reader that waits.
 //
+// Heartbeats without a writer (trywrite_unix.go). TryWrite puts a frame
+// on the wire only if the socket takes it whole at once, so the server's
+// ping to an idle connection costs a system call on the clock's
+// goroutine, not a writer goroutine. Invariant: it is called only by
+// whoever holds the connection's writer role, never while corked, and a
+// part-written frame is torn as a failed Uncork's is.
+//
 // The exported surface: Listener (wraps accepted connections; Pool holds
 // the gathering buffers, Poller parks idle ones), Conn (Start, Idle,
-// WaitIdle, Park, Ready, Cork, Text, Uncork, Finish, Writes, Close,
+// WaitIdle, Park, Ready, Cork, Text, Uncork, TryWrite, Finish, Writes, Close,
 // SetReadDeadline, SetDeadline), Poller (NewPoller, Parked, Close),
-// NotSentLimit, Unwrap.
+// NotSentLimit, Unwrap, ErrTorn.
 package cork
