@@ -75,6 +75,7 @@ bench-micro:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/record/
+	$(GO) test -run '^$$' -fuzz FuzzSkipValueMatchesTokens -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzClientFrame -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOnceMatches -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFlatMatches -fuzztime 30s ./gateway/

@@ -178,3 +178,34 @@ func BenchmarkReadNewest50(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(50, "entries/op")
 }
+
+// BenchmarkReadRaw1000: the stored bytes of a long replay, 1,000 entries
+// of 5,000, each checked as ReadRaw checks them. Its entries carry the
+// metadata a chat's do (a client id, a reply_to).
+func BenchmarkReadRaw1000(b *testing.B) {
+	l := newTestLog(b)
+	h := mustCreate(b, l, activeHeader("big"))
+	es := make([]Entry, 0, 500)
+	for s := uint64(1); s <= 5000; s++ {
+		e := benchEntry(s)
+		e.Time += 0.123456789
+		if s%2 == 0 {
+			e.Role, e.Metadata = "agent", map[string]any{"reply_to": s - 1}
+		} else {
+			e.Metadata = map[string]any{"id": fmt.Sprintf("m%d", s)}
+		}
+		if es = append(es, e); len(es) == cap(es) {
+			h.LastSeq = s
+			mustAppend(b, l, Batch{SessionID: h.SessionID, Epoch: 1, Entries: es, Header: h})
+			es = es[:0]
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		es, err := l.ReadRaw("big", 4001, 5001, 1000, false)
+		if err != nil || len(es) != 1000 {
+			b.Fatalf("read %d entries: %v", len(es), err)
+		}
+	}
+}

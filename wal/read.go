@@ -37,10 +37,10 @@ func (l *Log) Read(sid string, lo, hi uint64, limit int, newest bool) ([]Entry, 
 // comes back as the stand-in's bytes. The bytes are the caller's.
 func (l *Log) ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]RawEntry, error) {
 	var out []RawEntry
-	var buf []byte // every entry's bytes, in one allocation as far as it goes
-	var ends []int
-	err := l.scan(sid, lo, hi, limit, newest, func(n int) {
-		out, ends = make([]RawEntry, 0, n), make([]int, 0, n)
+	var chunk []byte // entries' bytes, many to an allocation, never moved
+	n := 0
+	err := l.scan(sid, lo, hi, limit, newest, func(count int) {
+		out, n = make([]RawEntry, 0, count), count
 	}, func(seq uint64, val []byte, err error) {
 		if err == nil {
 			if v, verr := record.ViewEntry(val); verr != nil || v.Seq != seq {
@@ -52,20 +52,22 @@ func (l *Log) ReadRaw(sid string, lo, hi uint64, limit int, newest bool) ([]RawE
 				val = nil // cannot happen: the stand-in is plain
 			}
 		}
-		if buf == nil {
-			// One allocation for all when the entries are alike in size.
-			buf = make([]byte, 0, (len(val)+len(val)/4)*cap(out))
+		if cap(chunk)-len(chunk) < len(val) {
+			// Room for the rest if they are alike in size, up to a
+			// chunk size past which one more allocation costs little.
+			left := n - len(out)
+			chunk = make([]byte, 0, max(len(val), min((len(val)+len(val)/4)*left, rawChunk)))
 		}
-		buf = append(buf, val...)
-		out, ends = append(out, RawEntry{Seq: seq}), append(ends, len(buf))
+		start := len(chunk)
+		chunk = append(chunk, val...)
+		out = append(out, RawEntry{Seq: seq, Bytes: chunk[start:len(chunk):len(chunk)]})
 	})
-	start := 0
-	for i, end := range ends {
-		out[i].Bytes = buf[start:end:end]
-		start = end
-	}
 	return out, err
 }
+
+// rawChunk is how many bytes ReadRaw allocates at a time at most (for
+// entries smaller than it).
+const rawChunk = 64 << 10
 
 // scan calls each for every seq of the range Read describes, in order,
 // with its stored bytes (valid only during the call), or an error when it

@@ -73,7 +73,12 @@ func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if err == nil && len(e.Metadata) > 0 {
 		if err = enc.EncodeString("m"); err == nil {
-			err = enc.EncodeMap(e.Metadata)
+			// Keys in order, nested maps' too: a replay then writes the
+			// metadata to JSON (whose keys are sorted) in one pass. The
+			// flag stays on for whatever the encoder writes next, which
+			// only orders it.
+			enc.SetSortMapKeys(true)
+			err = enc.EncodeMapSorted(e.Metadata)
 		}
 	}
 	if err == nil && e.Epoch != 0 {

@@ -32,6 +32,54 @@ func TestFastDecoderReadsWhatTheLogWrites(t *testing.T) {
 	}
 }
 
+// TestMetadataKeysAreWrittenInOrder: the log writes every map of an
+// entry's metadata with its keys sorted (a replay relies on it to write
+// JSON in one pass), whatever order Go's map iteration gives.
+func TestMetadataKeysAreWrittenInOrder(t *testing.T) {
+	md := map[string]any{"tool": map[string]any{"z": 1, "name": "search", "args": map[string]any{"q": "x", "b": 2, "k": []any{map[string]any{"y": 1, "x": 2}}}}, "id": "m1", "reply_to": 3, "a": nil}
+	for range 20 {
+		b, err := EncodeEntry(Entry{Seq: 1, Role: "user", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ViewEntry(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSorted(t, v.Meta)
+	}
+}
+
+// checkSorted fails unless every map in the msgpack item at the start of
+// b has its keys in ascending order; it returns what follows the item.
+func checkSorted(t *testing.T, b []byte) []byte {
+	t.Helper()
+	tok, b, err := ReadToken(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch tok.Kind {
+	case KindArray:
+		for range tok.N {
+			b = checkSorted(t, b)
+		}
+	case KindMap:
+		var prev string
+		for i := range tok.N {
+			k, rest, err := ReadToken(b)
+			if err != nil || k.Kind != KindString {
+				t.Fatalf("key %d: %v", i, err)
+			}
+			if i > 0 && string(k.Str) <= prev {
+				t.Fatalf("key %q after %q", k.Str, prev)
+			}
+			prev = string(k.Str)
+			b = checkSorted(t, rest)
+		}
+	}
+	return b
+}
+
 // BenchmarkDecodeEntry: a typical agent entry, the fast decoder against
 // msgpack's.
 func BenchmarkDecodeEntry(b *testing.B) {

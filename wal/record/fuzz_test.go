@@ -219,3 +219,47 @@ func withoutNaN(v any) any {
 	}
 	return v
 }
+
+// FuzzSkipValueMatchesTokens: SkipValue, which reads only headers and
+// lengths, ends an item where walking it token by token ends it, and
+// refuses what that walk refuses.
+func FuzzSkipValueMatchesTokens(f *testing.F) {
+	for _, e := range fuzzEntrySeeds() {
+		b, err := EncodeEntry(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0xdc, 0x00, 0x02, 0xc0, 0xc3})
+	f.Add([]byte{0xc4, 0x01, 0x00})
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, gerr := SkipValue(data, 1)
+		want, werr := skipByTokens(data, 1)
+		if (gerr == nil) != (werr == nil) || len(got) != len(want) {
+			t.Fatalf("SkipValue(%x) leaves %d bytes (%v), the token walk %d (%v)", data, len(got), gerr, len(want), werr)
+		}
+	})
+}
+
+// skipByTokens is SkipValue as ReadToken walks an item: the reference.
+func skipByTokens(b []byte, depth int) ([]byte, error) {
+	if depth > MaxReadDepth {
+		return nil, ErrNotPlain
+	}
+	t, b, err := ReadToken(b)
+	if err != nil {
+		return nil, err
+	}
+	n := t.N
+	if t.Kind == KindMap {
+		n *= 2
+	}
+	for range n {
+		if b, err = skipByTokens(b, depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}

@@ -94,6 +94,44 @@ func ViewEntry(b []byte) (View, error) {
 	return v, nil
 }
 
+// ViewHead reads the fields a stored entry starts with as the log writes
+// it (q, r, c and t, in that order) and nothing after them: rest holds
+// the n pairs that follow (its metadata, its epoch), for a caller that
+// reads them as it goes. ok is false for an entry that starts otherwise;
+// ViewEntry reads its fields in any order.
+func ViewHead(b []byte) (v View, n int, rest []byte, ok bool) {
+	n, b, err := fastMapLen(b)
+	if err != nil || n < 4 {
+		return View{}, 0, nil, false
+	}
+	for _, key := range [...]byte{'q', 'r', 'c', 't'} {
+		var kb []byte
+		if kb, b, err = fastBytes(b); err != nil || len(kb) != 1 || kb[0] != key {
+			return View{}, 0, nil, false
+		}
+		switch key {
+		case 'q':
+			v.Seq, b, err = fastUint(b)
+		case 'r':
+			v.Role, b, err = fastBytes(b)
+		case 'c':
+			v.Content, b, err = fastBytes(b)
+		case 't':
+			if len(b) < 9 || b[0] != 0xcb {
+				return View{}, 0, nil, false
+			}
+			v.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
+		}
+		if err != nil {
+			return View{}, 0, nil, false
+		}
+	}
+	if v.Seq == 0 {
+		return View{}, 0, nil, false
+	}
+	return v, n - 4, b, true
+}
+
 // Kind is the kind of one msgpack item.
 type Kind uint8
 
@@ -141,23 +179,14 @@ func ReadToken(b []byte) (Token, []byte, error) {
 		}
 		return Token{Kind: KindString, Str: s}, rest, nil
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		n, rest, err := fastMapLen(b)
-		if err != nil || n > len(rest)/2 { // a pair takes two bytes at least
+		n, rest, ok := mapLen(b)
+		if !ok {
 			return Token{}, nil, ErrNotPlain
 		}
 		return Token{Kind: KindMap, N: n}, rest, nil
 	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		n, rest := int(c&0x0f), b[1:]
-		switch {
-		case c == 0xdc && len(b) >= 3:
-			n, rest = int(binary.BigEndian.Uint16(b[1:3])), b[3:]
-		case c == 0xdd && len(b) >= 5:
-			n, rest = int(binary.BigEndian.Uint32(b[1:5])), b[5:]
-		case c != 0xdc && c != 0xdd:
-		default:
-			return Token{}, nil, ErrNotPlain
-		}
-		if n < 0 || n > len(rest) { // an element takes a byte at least
+		n, rest, ok := arrayLen(b)
+		if !ok {
 			return Token{}, nil, ErrNotPlain
 		}
 		return Token{Kind: KindArray, N: n}, rest, nil
@@ -182,20 +211,72 @@ func ReadToken(b []byte) (Token, []byte, error) {
 	return Token{Kind: KindInt, Int: int64(u<<shift) >> shift}, rest, nil
 }
 
+// mapLen reads a map header whose pairs can fit in the bytes after it.
+func mapLen(b []byte) (n int, rest []byte, ok bool) {
+	n, rest, err := fastMapLen(b)
+	if err != nil || n > len(rest)/2 { // a pair takes two bytes at least
+		return 0, nil, false
+	}
+	return n, rest, true
+}
+
+// arrayLen reads an array header whose elements can fit in the bytes
+// after it.
+func arrayLen(b []byte) (n int, rest []byte, ok bool) {
+	c := b[0]
+	n, rest = int(c&0x0f), b[1:]
+	switch {
+	case c == 0xdc && len(b) >= 3:
+		n, rest = int(binary.BigEndian.Uint16(b[1:3])), b[3:]
+	case c == 0xdd && len(b) >= 5:
+		n, rest = int(binary.BigEndian.Uint32(b[1:5])), b[5:]
+	case c == 0xdc, c == 0xdd:
+		return 0, nil, false
+	}
+	if n < 0 || n > len(rest) { // an element takes a byte at least
+		return 0, nil, false
+	}
+	return n, rest, true
+}
+
 // SkipValue skips one item (with everything nested in it) of the forms
 // ReadToken reads; depth is how deeply it is nested, at most MaxReadDepth.
+// It reads only what it must to find the item's end (a replay checks
+// every entry's metadata with it).
 func SkipValue(b []byte, depth int) ([]byte, error) {
-	if depth > MaxReadDepth {
+	if depth > MaxReadDepth || len(b) == 0 {
 		return nil, ErrNotPlain
 	}
-	t, b, err := ReadToken(b)
-	if err != nil {
-		return nil, err
+	var n int // items nested in this one
+	switch c := b[0]; {
+	case c <= 0x7f, c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3:
+		return b[1:], nil
+	case c >= 0xa0 && c <= 0xbf, c >= 0xd9 && c <= 0xdb:
+		_, rest, err := fastBytes(b)
+		if err != nil {
+			return nil, ErrNotPlain
+		}
+		return rest, nil
+	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
+		pairs, rest, ok := mapLen(b)
+		if !ok {
+			return nil, ErrNotPlain
+		}
+		n, b = 2*pairs, rest
+	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
+		elems, rest, ok := arrayLen(b)
+		if !ok {
+			return nil, ErrNotPlain
+		}
+		n, b = elems, rest
+	default:
+		_, _, rest, ok := sizedNumber(b)
+		if !ok {
+			return nil, ErrNotPlain
+		}
+		return rest, nil
 	}
-	n := t.N
-	if t.Kind == KindMap {
-		n *= 2
-	}
+	var err error
 	for range n {
 		if b, err = SkipValue(b, depth+1); err != nil {
 			return nil, err

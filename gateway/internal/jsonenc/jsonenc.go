@@ -1,12 +1,14 @@
 package jsonenc
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tether-dev/tether/gateway/wire"
 	"github.com/tether-dev/tether/wal/record"
@@ -147,7 +149,8 @@ func AppendValue(b []byte, v any) []byte {
 	case uint32:
 		return strconv.AppendUint(b, uint64(v), 10)
 	case map[string]any:
-		keys := make([]string, 0, len(v))
+		var small [8]string // most metadata maps: no allocation for the keys
+		keys := small[:0]
 		for k := range v {
 			keys = append(keys, k)
 		}
@@ -210,6 +213,13 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look of its own.
+		for i+8 <= len(s) && !special(binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -226,6 +236,10 @@ func AppendString(b []byte, s string) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
@@ -252,4 +266,14 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// special reports whether any of the eight bytes in x is one AppendString
+// cannot copy as it is: below 0x20, a quote, a backslash, or not ASCII.
+// (The tests for "below" and "zero" are exact for "any byte", which is
+// all this asks.)
+func special(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	below := func(v uint64, n uint64) uint64 { return (v - n*ones) & ^v & highs }
+	return (x&highs | below(x, 0x20) | below(x^('"'*ones), 1) | below(x^('\\'*ones), 1)) != 0
 }

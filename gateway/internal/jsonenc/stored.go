@@ -15,26 +15,84 @@ import (
 // allocate for every string and map in them. ok is false, with b as it
 // was, when the bytes use a form only the full decoder reads.
 func AppendStored(b, stored []byte) (_ []byte, ok bool) {
+	if out, ok := appendInOrder(b, stored); ok {
+		return out, true
+	}
 	v, err := record.ViewEntry(stored)
 	if err != nil {
 		return b, false
 	}
 	n := len(b)
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, v.Seq, 10)
-	b = append(b, `,"role":`...)
-	b = AppendString(b, str(v.Role))
-	b = append(b, `,"content":`...)
-	b = AppendString(b, str(v.Content))
-	b = append(b, `,"timestamp":`...)
-	b = AppendFloat(b, v.Time)
-	b = append(b, `,"metadata":`...)
+	b = appendHead(b, v.Seq, v.Role, v.Content, v.Time)
 	if v.Meta == nil {
 		b = append(b, "{}"...)
 	} else if b, _, ok = appendItem(b, v.Meta, 1); !ok {
 		return b[:n], false
 	}
 	return append(b, '}'), true
+}
+
+// appendInOrder is AppendStored in one pass over the bytes, for an entry
+// whose fields are in the order the log writes them (q r c t, then m and
+// e when it has them), which is also the order of the JSON's: its
+// metadata goes straight from msgpack to JSON, never skipped over first.
+// ok is false, with b as it was, for any other entry.
+func appendInOrder(b, stored []byte) (_ []byte, ok bool) {
+	v, pairs, m, ok := record.ViewHead(stored)
+	if !ok {
+		return b, false
+	}
+	n := len(b)
+	b = appendHead(b, v.Seq, v.Role, v.Content, v.Time)
+	meta := false
+	for range pairs {
+		k, rest, err := record.ReadToken(m)
+		if err != nil || k.Kind != record.KindString || len(k.Str) != 1 {
+			return b[:n], false
+		}
+		switch {
+		case k.Str[0] == 'm' && !meta && len(rest) > 0 && rest[0] == 0xc0:
+			b, m, meta = append(b, "{}"...), rest[1:], true
+		case k.Str[0] == 'm' && !meta:
+			if len(rest) == 0 || !(rest[0] >= 0x80 && rest[0] <= 0x8f || rest[0] == 0xde || rest[0] == 0xdf) {
+				return b[:n], false
+			}
+			if b, m, ok = appendItem(b, rest, 1); !ok {
+				return b[:n], false
+			}
+			meta = true
+		case k.Str[0] == 'e':
+			var e record.Token
+			if e, m, err = record.ReadToken(rest); err != nil || e.Kind != record.KindUint {
+				return b[:n], false
+			}
+			if !meta {
+				b, meta = append(b, "{}"...), true // the epoch is last
+			}
+		default:
+			return b[:n], false
+		}
+	}
+	if len(m) != 0 {
+		return b[:n], false
+	}
+	if !meta {
+		b = append(b, "{}"...)
+	}
+	return append(b, '}'), true
+}
+
+// appendHead writes an entry's object up to its metadata's value.
+func appendHead(b []byte, seq uint64, role, content []byte, time float64) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"role":`...)
+	b = AppendString(b, str(role))
+	b = append(b, `,"content":`...)
+	b = AppendString(b, str(content))
+	b = append(b, `,"timestamp":`...)
+	b = AppendFloat(b, time)
+	return append(b, `,"metadata":`...)
 }
 
 // str views p as a string for AppendString, which only reads it.
@@ -88,9 +146,37 @@ func appendItem(b, m []byte, depth int) (_, rest []byte, ok bool) {
 }
 
 // appendMap writes a map of n pairs whose keys are strings, sorted by key
-// as AppendValue sorts them. A key twice (which the decoder would have
-// kept once) is left to the decoder.
+// as AppendValue sorts them. The log writes keys in order; a map whose
+// keys are not is written again, sorted, and a key twice (which the
+// decoder would have kept once) is left to the decoder.
 func appendMap(b, m []byte, n, depth int) (_, rest []byte, ok bool) {
+	start, rest := len(b), m
+	b = append(b, '{')
+	var prev []byte
+	for i := range n {
+		k, after, err := record.ReadToken(rest)
+		if err != nil || k.Kind != record.KindString {
+			return b, nil, false
+		}
+		if i > 0 {
+			if bytes.Compare(prev, k.Str) >= 0 {
+				return appendSorted(b[:start], m, n, depth)
+			}
+			b = append(b, ',')
+		}
+		prev = k.Str
+		b = AppendString(b, str(k.Str))
+		b = append(b, ':')
+		if b, rest, ok = appendItem(b, after, depth+1); !ok {
+			return b, nil, false
+		}
+	}
+	return append(b, '}'), rest, true
+}
+
+// appendSorted is appendMap for keys out of order: it finds every
+// value's extent first, to write them by key.
+func appendSorted(b, m []byte, n, depth int) (_, rest []byte, ok bool) {
 	var small [8]pair
 	pairs := small[:0]
 	for range n {

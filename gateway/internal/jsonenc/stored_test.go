@@ -2,9 +2,14 @@ package jsonenc
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tether-dev/tether/wal/record"
 )
@@ -63,10 +68,76 @@ func TestStoredIsTheDecodedMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 5 { // map order differs from one encoding to the next
+		checkStored(t, b, true)
+		// As entries written before the log sorted metadata keys are,
+		// and with the fields out of the log's order.
+		for _, b := range [][]byte{encodeBackwards(t, e, false), encodeBackwards(t, e, true)} {
 			checkStored(t, b, true)
 		}
 	}
+}
+
+// encodeBackwards encodes e as the log does but with every map's keys in
+// reverse order, and with fields too when fields is set.
+func encodeBackwards(tb testing.TB, e record.Entry, fields bool) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	kv := []any{"q", e.Seq, "r", e.Role, "c", e.Content, "t", e.Time}
+	if len(e.Metadata) > 0 {
+		kv = append(kv, "m", e.Metadata)
+	}
+	if e.Epoch != 0 {
+		kv = append(kv, "e", e.Epoch)
+	}
+	if fields {
+		for i, j := 0, len(kv)-2; i < j; i, j = i+2, j-2 {
+			kv[i], kv[i+1], kv[j], kv[j+1] = kv[j], kv[j+1], kv[i], kv[i+1]
+		}
+	}
+	if err := enc.EncodeMapLen(len(kv) / 2); err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if err := enc.EncodeString(kv[i].(string)); err != nil {
+			tb.Fatal(err)
+		}
+		if err := encodeValueBackwards(enc, kv[i+1]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func encodeValueBackwards(enc *msgpack.Encoder, v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		keys := slices.Sorted(maps.Keys(v))
+		slices.Reverse(keys)
+		if err := enc.EncodeMapLen(len(keys)); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := enc.EncodeString(k); err != nil {
+				return err
+			}
+			if err := encodeValueBackwards(enc, v[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []any:
+		if err := enc.EncodeArrayLen(len(v)); err != nil {
+			return err
+		}
+		for _, x := range v {
+			if err := encodeValueBackwards(enc, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return enc.Encode(v)
 }
 
 // A stored entry the views do not read (here: a map key that is not a
@@ -91,6 +162,8 @@ func FuzzStoredIsTheDecodedMessage(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+		f.Add(encodeBackwards(f, e, false))
+		f.Add(encodeBackwards(f, e, true))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkStored(t, b, false) })
 }
@@ -113,6 +186,29 @@ func BenchmarkBatch(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			if _, err := AppendBatch(buf[:0], raws, nil, 0, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("chat", func(b *testing.B) {
+		// 1,000 entries shaped as a chat's: a user's with its client id,
+		// the agent's reply with reply_to, a timestamp with a fraction.
+		chat := make([]record.RawEntry, 1000)
+		for i := range chat {
+			e := record.Entry{Seq: uint64(i + 1), Role: "user", Content: fmt.Sprintf("message number %d of the benchmark", i/2),
+				Time: 1765065600.123456789 + float64(i), Metadata: map[string]any{"id": fmt.Sprintf("m%d", i/2)}}
+			if i%2 == 1 {
+				e.Role, e.Content, e.Metadata = "agent", "echo: "+e.Content, map[string]any{"reply_to": uint64(i)}
+			}
+			p, err := record.EncodeEntry(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			chat[i] = record.RawEntry{Seq: e.Seq, Bytes: p}
+		}
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := AppendBatch(buf[:0], chat, nil, 0, ""); err != nil {
 				b.Fatal(err)
 			}
 		}
