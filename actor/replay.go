@@ -85,8 +85,19 @@ func (a *actor) batch(sp machine.Span) (*machine.BatchOut, error) {
 	if err != nil {
 		return nil, err
 	}
-	stored, held = fitBytes(stored, held, a.reg.cfg.MaxBatchBytes)
+	if total := sp.HeldBytes + storedBytes(stored); total > a.reg.cfg.MaxBatchBytes || sp.HeldBytes == 0 && len(held) > 0 {
+		stored, held = fitBytes(stored, held, a.reg.cfg.MaxBatchBytes)
+	}
 	return &machine.BatchOut{Stored: stored, Messages: held}, nil
+}
+
+// storedBytes is the size of stored entries as fitBytes counts it.
+func storedBytes(stored []wal.RawEntry) int {
+	n := 0
+	for i := range stored {
+		n += stored[i].Size()
+	}
+	return n
 }
 
 // fitBytes keeps the newest entries of stored followed by held that fit

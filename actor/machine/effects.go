@@ -137,6 +137,9 @@ func (Hibernate) isEffect()  {}
 type Span struct {
 	Lo, Hi uint64
 	Held   []record.Entry
+	// HeldBytes is the record.Entry.Size of Held, summed as the tail
+	// computed it when the entries came in.
+	HeldBytes int
 }
 
 // Missing is the range the runner reads from the journal: Lo up to the

@@ -85,9 +85,12 @@ func (s *Machine) span(lo, hi uint64) Span {
 	if lo >= hi {
 		return Span{Lo: lo, Hi: lo}
 	}
-	held := s.tail.span(lo, hi)
+	held, n := s.tail.span(lo, hi), 0
 	if len(held) > 0 && held[len(held)-1].Seq != hi-1 {
 		held = nil
 	}
-	return Span{Lo: lo, Hi: hi, Held: held}
+	if len(held) > 0 {
+		n = s.tail.bytesOf(held[0].Seq, hi)
+	}
+	return Span{Lo: lo, Hi: hi, Held: held, HeldBytes: n}
 }

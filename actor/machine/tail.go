@@ -1,6 +1,10 @@
 package machine
 
-import "github.com/tether-dev/tether/wal/record"
+import (
+	"slices"
+
+	"github.com/tether-dev/tether/wal/record"
+)
 
 // tail is the newest durable entries of a session, in memory: what a turn
 // reads and what a resume replays, so that neither touches the store in
@@ -112,10 +116,28 @@ func (t *tail) appendSpan(out []record.Entry, lo, hi uint64) []record.Entry {
 	}
 	f, l := t.first(), t.last()
 	lo, hi = max(lo, f), min(hi, l+1)
+	if lo < hi {
+		out = slices.Grow(out, int(hi-lo))
+	}
 	for seq := lo; seq < hi; seq++ {
 		out = append(out, *t.at(int(seq - f)))
 	}
 	return out
+}
+
+// bytesOf is the record.Entry.Size of the held entries with lo <= seq <
+// hi, summed.
+func (t *tail) bytesOf(lo, hi uint64) int {
+	if t.n == 0 || hi <= lo {
+		return 0
+	}
+	f, l := t.first(), t.last()
+	lo, hi = max(lo, f), min(hi, l+1)
+	n := 0
+	for seq := lo; seq < hi; seq++ {
+		n += t.sizes[(t.head+int(seq-f))%len(t.ring)]
+	}
+	return n
 }
 
 // span returns a copy of the held entries with lo <= seq < hi (nil when
