@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -34,16 +36,26 @@ type Identity struct {
 // Verify checks an HS256 token against secret and returns its identity.
 func Verify(secret []byte, token string, now time.Time) (Identity, error) {
 	var c Claims
-	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return secret, nil },
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return secret, nil }, checks(now)...)
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	return identity(&c, now)
+}
+
+// checks are the parser's rules for a token at now.
+func checks(now time.Time) []jwt.ParserOption {
+	return []jwt.ParserOption{
 		jwt.WithValidMethods([]string{"HS256"}),
 		jwt.WithLeeway(Leeway),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithTimeFunc(func() time.Time { return now }),
-	)
-	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
+}
+
+// identity is who valid claims say the client is, or why they do not.
+func identity(c *Claims, now time.Time) (Identity, error) {
 	if n := utf8.RuneCountInString(c.Subject); n < 1 || n > MaxUserLen {
 		return Identity{}, fmt.Errorf("%w: sub must be 1–%d characters", ErrUnauthorized, MaxUserLen)
 	}
@@ -55,6 +67,56 @@ func Verify(secret []byte, token string, now time.Time) (Identity, error) {
 			return Identity{}, fmt.Errorf("%w: auth_time is in the future", ErrUnauthorized)
 		}
 	}
+	return id, nil
+}
+
+// verifier is Verify with a memory: a client that reconnects presents
+// the token it presented before, and checking its signature and decoding
+// its claims again was a tenth of a resume's CPU. The claims of the
+// newest tokens that passed are kept by the token's exact text (whose
+// signature covered them); their times (exp, iat, nbf, auth_time) are
+// checked again on every use, so a remembered token expires as any
+// other. At most verifiedTokens are kept, a few hundred KiB.
+type verifier struct {
+	secret []byte
+	mu     sync.Mutex
+	seen   map[string]*Claims
+}
+
+const verifiedTokens = 1024
+
+func newVerifier(secret []byte) *verifier {
+	return &verifier{secret: secret, seen: make(map[string]*Claims)}
+}
+
+func (v *verifier) verify(token string, now time.Time) (Identity, error) {
+	v.mu.Lock()
+	c := v.seen[token]
+	v.mu.Unlock()
+	if c != nil {
+		if err := jwt.NewValidator(checks(now)...).Validate(c); err != nil {
+			// Worded as the parser words it.
+			return Identity{}, fmt.Errorf("%w: %w: %w", ErrUnauthorized, jwt.ErrTokenInvalidClaims, err)
+		}
+		return identity(c, now)
+	}
+	c = new(Claims)
+	if _, err := jwt.ParseWithClaims(token, c, func(*jwt.Token) (any, error) { return v.secret, nil }, checks(now)...); err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	id, err := identity(c, now)
+	if err != nil {
+		return Identity{}, err
+	}
+	v.mu.Lock()
+	if len(v.seen) >= verifiedTokens {
+		for k := range v.seen { // any one: the map's order is random
+			delete(v.seen, k)
+			break
+		}
+	}
+	v.seen[strings.Clone(token)] = c
+	v.mu.Unlock()
 	return id, nil
 }
 

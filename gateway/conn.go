@@ -48,7 +48,11 @@ type conn struct {
 	writing bool      // a writer goroutine is running
 	closing bool      // a close was requested: nothing more is queued
 	stopped bool      // the writer side is finished: no writer may start
-	ping    bool      // a websocket ping is due
+	// opening holds the writer back while the hello opens the session:
+	// the session frame and the resume's history_batch then leave in one
+	// write, and the client wakes once for both.
+	opening bool
+	ping    bool // a websocket ping is due
 	// behind is set once the client fell past its byte budget: the
 	// writer's blocked write is cut short, and the close frame goes out
 	// in the room package cork kept for it.
@@ -134,8 +138,10 @@ func (c *conn) release(owned []*[]byte) {
 	}
 }
 
-// maxPooledFrame is the largest frame buffer the pool keeps.
-const maxPooledFrame = 64 << 10
+// maxPooledFrame is the largest frame buffer the pool keeps: a resume
+// batch of a thousand chat entries (some 150 KB) is reused, not
+// allocated again for every replay.
+const maxPooledFrame = 256 << 10
 
 // DeliverFrame queues a frame already encoded (cluster.FrameConn's).
 func (c *conn) DeliverFrame(b []byte) { c.enqueue(b, nil, nil) }
@@ -273,12 +279,23 @@ func (c *conn) sendPing() {
 
 // kick starts a writer if none runs. Called with mu held.
 func (c *conn) kick() {
-	if c.writing || c.stopped {
+	if c.writing || c.stopped || c.opening {
 		return
 	}
 	c.writing = true
 	c.writers.Add(1)
 	c.srv.workers.Go(c.writeLoop) // on a grown stack, as readFrames
+}
+
+// holdWrites holds the writer back (kick starts none) until it is
+// called again with false, which starts one for what was queued.
+func (c *conn) holdWrites(hold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opening = hold
+	if !hold && (len(c.queue) > 0 || c.final != nil || c.ping) {
+		c.kick()
+	}
 }
 
 func (c *conn) isClosing() bool {

@@ -32,14 +32,16 @@ func (c *conn) hello() bool {
 		return false
 	}
 	start := time.Now()
-	id, err := Verify(c.srv.cfg.Secret, f.Token, c.srv.cfg.Now())
+	id, err := c.srv.tokens.verify(f.Token, c.srv.cfg.Now())
 	if err != nil {
 		c.srv.log.Debug("hello refused", "err", err)
 		c.fail(wire.CodeUnauthorized, err.Error(), wire.ClosePolicy)
 		return false
 	}
 	c.userID = id.UserID
+	c.holdWrites(true)
 	sess, reason, err := c.open(f, id)
+	c.holdWrites(false)
 	if err != nil {
 		c.openFailed(err)
 		return false

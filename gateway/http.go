@@ -91,7 +91,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "a Bearer token is required")
 		return
 	}
-	id, err := Verify(s.cfg.Secret, strings.TrimSpace(tok), s.cfg.Now())
+	id, err := s.tokens.verify(strings.TrimSpace(tok), s.cfg.Now())
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return

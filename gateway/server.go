@@ -153,6 +153,7 @@ type Server struct {
 	http     *http.Server
 	bufs     sync.Pool // buffers for corked writes and for frames being read
 	frames   sync.Pool // buffers of frames queued for clients (conn.encode)
+	tokens   *verifier
 	// ctx is cancelled by Close; it bounds every call into the backend.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -176,7 +177,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{}), workers: workers.New(workers.Config{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, conns: make(map[*conn]struct{}), workers: workers.New(workers.Config{}),
+		tokens: newVerifier(cfg.Secret)}
 	// Small: frames are mostly a few hundred bytes, buffers grow for the
 	// rest, and the pool loses its buffers to the GC every other cycle.
 	s.bufs.New = func() any { b := make([]byte, 0, 4<<10); return &b }
