@@ -10,8 +10,12 @@
 // writer), read.go (the reader goroutine), decode.go (a frame's bytes to
 // a wire.ClientFrame: one table of each type's own fields, a fast pass
 // for valid frames and a slower one that says what is wrong), hello.go
-// (the first frame: resume or create), dispatch.go (every frame after
-// it), wire.go (what the actor says, as frames).
+// (the first frame: resume or create; the writer is held while it opens
+// the session, so a resume's session frame and history_batch leave in one
+// write), auth.go (tokens; the claims of the last 1,024 verified tokens
+// are remembered by their exact text, their times checked on every use),
+// dispatch.go (every frame after it), wire.go (what the actor says, as
+// frames).
 //
 // The speed tricks live apart, each with its invariant in its doc, so the
 // protocol code reads without them: internal/cork (the socket: corked

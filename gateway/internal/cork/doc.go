@@ -28,7 +28,9 @@
 //
 // Parked waits (park.go, poller_linux.go). Better than a small stack is
 // none: an idle connection's socket is parked in a Poller (one epoll set
-// and one goroutine per server), and its reader is woken on a worker when
+// and one goroutine per server, which waits for the set through the
+// runtime's poller rather than in a blocking epoll_wait that would hold
+// its P), and its reader is woken on a worker when
 // the client sends something, when the connection is closed, or when a
 // read deadline is set. Invariant: the wake comes exactly once per Park,
 // from whoever takes the connection out of the set; after a Close or a
