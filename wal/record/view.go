@@ -55,36 +55,7 @@ func ViewEntry(b []byte) (View, error) {
 		if kb, b, err = fastBytes(b); err != nil || len(kb) != 1 {
 			return View{}, ErrNotPlain
 		}
-		switch kb[0] {
-		case 'q':
-			v.Seq, b, err = fastUint(b)
-		case 'e':
-			v.Epoch, b, err = fastUint(b)
-		case 'r':
-			v.Role, b, err = fastBytes(b)
-		case 'c':
-			v.Content, b, err = fastBytes(b)
-		case 't':
-			if len(b) < 9 || b[0] != 0xcb {
-				return View{}, ErrNotPlain
-			}
-			v.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
-		case 'm':
-			if len(b) > 0 && b[0] == 0xc0 {
-				v.Meta, b = nil, b[1:]
-				break
-			}
-			start := b
-			if len(b) == 0 || !(b[0] >= 0x80 && b[0] <= 0x8f || b[0] == 0xde || b[0] == 0xdf) {
-				return View{}, ErrNotPlain
-			}
-			if b, err = SkipValue(b, 1); err == nil {
-				v.Meta = start[:len(start)-len(b)]
-			}
-		default:
-			return View{}, ErrNotPlain
-		}
-		if err != nil {
+		if b, err = v.read(kb[0], b); err != nil {
 			return View{}, ErrNotPlain
 		}
 	}
@@ -109,20 +80,7 @@ func ViewHead(b []byte) (v View, n int, rest []byte, ok bool) {
 		if kb, b, err = fastBytes(b); err != nil || len(kb) != 1 || kb[0] != key {
 			return View{}, 0, nil, false
 		}
-		switch key {
-		case 'q':
-			v.Seq, b, err = fastUint(b)
-		case 'r':
-			v.Role, b, err = fastBytes(b)
-		case 'c':
-			v.Content, b, err = fastBytes(b)
-		case 't':
-			if len(b) < 9 || b[0] != 0xcb {
-				return View{}, 0, nil, false
-			}
-			v.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
-		}
-		if err != nil {
+		if b, err = v.read(key, b); err != nil {
 			return View{}, 0, nil, false
 		}
 	}
@@ -130,6 +88,41 @@ func ViewHead(b []byte) (v View, n int, rest []byte, ok bool) {
 		return View{}, 0, nil, false
 	}
 	return v, n - 4, b, true
+}
+
+// read reads the value of field key from the start of b into v and
+// returns what follows it.
+func (v *View) read(key byte, b []byte) (_ []byte, err error) {
+	switch key {
+	case 'q':
+		v.Seq, b, err = fastUint(b)
+	case 'e':
+		v.Epoch, b, err = fastUint(b)
+	case 'r':
+		v.Role, b, err = fastBytes(b)
+	case 'c':
+		v.Content, b, err = fastBytes(b)
+	case 't':
+		if len(b) < 9 || b[0] != 0xcb {
+			return nil, ErrNotPlain
+		}
+		v.Time, b = math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:]
+	case 'm':
+		if len(b) > 0 && b[0] == 0xc0 {
+			v.Meta = nil
+			return b[1:], nil
+		}
+		start := b
+		if len(b) == 0 || !(b[0] >= 0x80 && b[0] <= 0x8f || b[0] == 0xde || b[0] == 0xdf) {
+			return nil, ErrNotPlain
+		}
+		if b, err = SkipValue(b, 1); err == nil {
+			v.Meta = start[:len(start)-len(b)]
+		}
+	default:
+		return nil, ErrNotPlain
+	}
+	return b, err
 }
 
 // Kind is the kind of one msgpack item.
