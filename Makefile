@@ -76,9 +76,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzFastDecodeMatches -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzSkipValueMatchesTokens -fuzztime 30s ./wal/record/
+	$(GO) test -run '^$$' -fuzz FuzzValueRoundTrip -fuzztime 30s ./wal/record/
 	$(GO) test -run '^$$' -fuzz FuzzClientFrame -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOnceMatches -fuzztime 30s ./gateway/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFlatMatches -fuzztime 30s ./gateway/
+	$(GO) test -run '^$$' -fuzz FuzzFastEncoding -fuzztime 30s ./gateway/
+	$(GO) test -run '^$$' -fuzz FuzzFrameStoredReadBack -fuzztime 30s ./gateway/
+	$(GO) test -run '^$$' -fuzz FuzzStoredIsTheDecodedMessage -fuzztime 30s ./gateway/internal/jsonenc/
+	$(GO) test -run '^$$' -fuzz FuzzAppendString -fuzztime 30s ./gateway/internal/jsonenc/
 
 vet:
 	$(GO) vet ./...
