@@ -23,13 +23,30 @@ import (
 // process, the issue's yardstick, alternating which goes first: both
 // meet the same moments of this noisy machine. Its figures are reported
 // beside Tether's (cf-p50-ms, cf-cpu-us) with the ratio of the p50s.
+//
+// A first sub-benchmark, new, is the yardstick the issue keeps resumes
+// under: dial → session frame of a hello that creates a session (Tether
+// alone: Centrifugo has no session to create).
 func BenchmarkResume(b *testing.B) {
-	srv := startServer(b, "--rate", "0")
+	srv := startServer(b, "--rate", "0", "--max-sessions-per-user", "-1")
 	tok := tokenFor(b, "bench")
 	var cf *centrifugo
 	if bin := os.Getenv("TETHER_BENCH_CENTRIFUGO_BIN"); bin != "" {
 		cf = startCentrifugo(b, bin)
 	}
+	b.Run("new", func(b *testing.B) {
+		measureRecovery(b, 0, recovery{name: "", cpu: func() time.Duration { return srv.cpu(b) }, once: func() (int, error) {
+			ws, f, err := hello(srv.url(), tok, "", 0)
+			if err != nil {
+				return 0, err
+			}
+			ws.Close()
+			if f.Type != "session" || f.LastSeq != 0 || f.SessionID == "" {
+				return 0, fmt.Errorf("want a new session, got %+v", f)
+			}
+			return 0, nil
+		}})
+	})
 	for _, missed := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("missed=%d", missed), func(b *testing.B) {
 			ws, s, err := hello(srv.url(), tok, "", 0)
