@@ -85,7 +85,7 @@ func (a *actor) batch(sp machine.Span) (*machine.BatchOut, error) {
 	if err != nil {
 		return nil, err
 	}
-	if total := sp.HeldBytes + storedBytes(stored); total > a.reg.cfg.MaxBatchBytes || sp.HeldBytes == 0 && len(held) > 0 {
+	if sp.HeldBytes+storedBytes(stored) > a.reg.cfg.MaxBatchBytes {
 		stored, held = fitBytes(stored, held, a.reg.cfg.MaxBatchBytes)
 	}
 	return &machine.BatchOut{Stored: stored, Messages: held}, nil

@@ -294,12 +294,12 @@ func TestTailRingMatchesSlice(t *testing.T) {
 					want = append(want, e.Seq)
 				}
 			}
-			span := tl.span(lo, hi)
+			span, n := tl.sized(lo, hi)
 			if got := seqsOf(span); !slices.Equal(got, want) {
 				t.Fatalf("round %d: span(%d, %d) = %v, want %v", round, lo, hi, got, want)
 			}
-			if got := tl.bytesOf(lo, hi); got != sizeOf(span) {
-				t.Fatalf("round %d: bytesOf(%d, %d) = %d, the span's entries hold %d", round, lo, hi, got, sizeOf(span))
+			if n != sizeOf(span) {
+				t.Fatalf("round %d: sized(%d, %d) says %d bytes, the span's entries hold %d", round, lo, hi, n, sizeOf(span))
 			}
 			if e, ok := tl.get(model[0].Seq); !ok || e.Seq != model[0].Seq {
 				t.Fatalf("round %d: get of the oldest held entry %d", round, model[0].Seq)

@@ -85,12 +85,9 @@ func (s *Machine) span(lo, hi uint64) Span {
 	if lo >= hi {
 		return Span{Lo: lo, Hi: lo}
 	}
-	held, n := s.tail.span(lo, hi), 0
+	held, n := s.tail.sized(lo, hi)
 	if len(held) > 0 && held[len(held)-1].Seq != hi-1 {
-		held = nil
-	}
-	if len(held) > 0 {
-		n = s.tail.bytesOf(held[0].Seq, hi)
+		held, n = nil, 0
 	}
 	return Span{Lo: lo, Hi: hi, Held: held, HeldBytes: n}
 }

@@ -1,10 +1,6 @@
 package machine
 
-import (
-	"slices"
-
-	"github.com/tether-dev/tether/wal/record"
-)
+import "github.com/tether-dev/tether/wal/record"
 
 // tail is the newest durable entries of a session, in memory: what a turn
 // reads and what a resume replays, so that neither touches the store in
@@ -109,40 +105,32 @@ func (t *tail) reset() {
 	*t = tail{maxEntries: t.maxEntries, maxBytes: t.maxBytes, evicted: t.evicted}
 }
 
-// appendSpan appends the held entries with lo <= seq < hi to out.
-func (t *tail) appendSpan(out []record.Entry, lo, hi uint64) []record.Entry {
+// sized returns a copy of the held entries with lo <= seq < hi (nil when
+// there are none) and their record.Entry.Size summed, as computed when
+// they came in.
+func (t *tail) sized(lo, hi uint64) (out []record.Entry, bytes int) {
 	if t.n == 0 || hi <= lo {
-		return out
+		return nil, 0
 	}
 	f, l := t.first(), t.last()
 	lo, hi = max(lo, f), min(hi, l+1)
-	if lo < hi {
-		out = slices.Grow(out, int(hi-lo))
+	if lo >= hi {
+		return nil, 0
 	}
+	out = make([]record.Entry, 0, hi-lo)
 	for seq := lo; seq < hi; seq++ {
-		out = append(out, *t.at(int(seq - f)))
+		i := (t.head + int(seq-f)) % len(t.ring)
+		out, bytes = append(out, t.ring[i]), bytes+t.sizes[i]
 	}
-	return out
-}
-
-// bytesOf is the record.Entry.Size of the held entries with lo <= seq <
-// hi, summed.
-func (t *tail) bytesOf(lo, hi uint64) int {
-	if t.n == 0 || hi <= lo {
-		return 0
-	}
-	f, l := t.first(), t.last()
-	lo, hi = max(lo, f), min(hi, l+1)
-	n := 0
-	for seq := lo; seq < hi; seq++ {
-		n += t.sizes[(t.head+int(seq-f))%len(t.ring)]
-	}
-	return n
+	return out, bytes
 }
 
 // span returns a copy of the held entries with lo <= seq < hi (nil when
 // there are none).
-func (t *tail) span(lo, hi uint64) []record.Entry { return t.appendSpan(nil, lo, hi) }
+func (t *tail) span(lo, hi uint64) []record.Entry {
+	out, _ := t.sized(lo, hi)
+	return out
+}
 
 // all returns a copy of every held entry, oldest first.
 func (t *tail) all() []record.Entry { return t.span(t.first(), t.last()+1) }
