@@ -35,12 +35,20 @@ type Identity struct {
 
 // Verify checks an HS256 token against secret and returns its identity.
 func Verify(secret []byte, token string, now time.Time) (Identity, error) {
-	var c Claims
-	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return secret, nil }, checks(now)...)
+	c, err := parse(secret, token, now)
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+		return Identity{}, err
 	}
-	return identity(&c, now)
+	return identity(c, now)
+}
+
+// parse checks token's signature and claims at now and returns them.
+func parse(secret []byte, token string, now time.Time) (*Claims, error) {
+	c := new(Claims)
+	if _, err := jwt.ParseWithClaims(token, c, func(*jwt.Token) (any, error) { return secret, nil }, checks(now)...); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	return c, nil
 }
 
 // checks are the parser's rules for a token at now.
@@ -100,9 +108,9 @@ func (v *verifier) verify(token string, now time.Time) (Identity, error) {
 		}
 		return identity(c, now)
 	}
-	c = new(Claims)
-	if _, err := jwt.ParseWithClaims(token, c, func(*jwt.Token) (any, error) { return v.secret, nil }, checks(now)...); err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	c, err := parse(v.secret, token, now)
+	if err != nil {
+		return Identity{}, err
 	}
 	id, err := identity(c, now)
 	if err != nil {

@@ -15,6 +15,6 @@
 // and the Err* sentinels; CheckID, MaxIDLen; CheckValue, ValueSize,
 // MaxValueDepth, ValueEnvelope, MaxReadDepth; EncodeEntry, DecodeEntry,
 // DecodeHeader, Unmarshal; for sending stored entries on without decoding
-// them: RawEntry (Size, Decode), View, ViewEntry, Token, Kind and its
-// values, ReadToken, SkipValue, ErrNotPlain.
+// them: RawEntry (Size, Decode), View, ViewEntry, ViewHead, Token, Kind and its
+// values, ReadToken, SkipValue, StartsMap, ErrNotPlain.
 package record

@@ -113,7 +113,7 @@ func (v *View) read(key byte, b []byte) (_ []byte, err error) {
 			return b[1:], nil
 		}
 		start := b
-		if len(b) == 0 || !(b[0] >= 0x80 && b[0] <= 0x8f || b[0] == 0xde || b[0] == 0xdf) {
+		if !StartsMap(b) {
 			return nil, ErrNotPlain
 		}
 		if b, err = SkipValue(b, 1); err == nil {
@@ -202,6 +202,11 @@ func ReadToken(b []byte) (Token, []byte, error) {
 	}
 	shift := 64 - 8*(len(b)-len(rest)-1) // sign-extend the big-endian integer
 	return Token{Kind: KindInt, Int: int64(u<<shift) >> shift}, rest, nil
+}
+
+// StartsMap reports whether b starts with a map's header.
+func StartsMap(b []byte) bool {
+	return len(b) > 0 && (b[0] >= 0x80 && b[0] <= 0x8f || b[0] == 0xde || b[0] == 0xdf)
 }
 
 // mapLen reads a map header whose pairs can fit in the bytes after it.

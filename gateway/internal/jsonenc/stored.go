@@ -54,7 +54,7 @@ func appendInOrder(b, stored []byte) (_ []byte, ok bool) {
 		case k.Str[0] == 'm' && !meta && len(rest) > 0 && rest[0] == 0xc0:
 			b, m, meta = append(b, "{}"...), rest[1:], true
 		case k.Str[0] == 'm' && !meta:
-			if len(rest) == 0 || !(rest[0] >= 0x80 && rest[0] <= 0x8f || rest[0] == 0xde || rest[0] == 0xdf) {
+			if !record.StartsMap(rest) {
 				return b[:n], false
 			}
 			if b, m, ok = appendItem(b, rest, 1); !ok {
