@@ -409,6 +409,19 @@ func (f *scaleFleet) storm(timeout time.Duration) (time.Duration, error) {
 	return slowest, errors.Join(errs...)
 }
 
+// cpu is the CPU time (user and system) the children have used so far.
+func (f *scaleFleet) cpu() (time.Duration, error) {
+	var total float64
+	for _, ch := range f.children {
+		_, s, err := procStat(ch.cmd.Process.Pid)
+		if err != nil {
+			return 0, fmt.Errorf("scale: child %s: %w", ch.src, err)
+		}
+		total += s
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // close closes every child's stdin, which ends it, and kills the ones
 // that have not exited 10 s later. It returns how many had to be killed.
 func (f *scaleFleet) close() int {
