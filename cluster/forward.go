@@ -119,8 +119,11 @@ func (c *Cluster) route(ctx context.Context, sid string, local func(*actor.Regis
 			}
 			c.dropStale(ctx, reg, sid)
 			// Unavailable here is a claim waiting for another node to
-			// let the session go, or a replica not answering: retried.
-			if err = local(reg); !errors.Is(err, ErrUnavailable) {
+			// let the session go, or a replica not answering; an actor
+			// gone under the call was stopped by a configuration that
+			// moved the session (moveAway): both are retried, with the
+			// owner found again.
+			if err = local(reg); !retried(err) {
 				return err
 			}
 		} else if m, ok := c.member(owner); ok {
@@ -155,6 +158,15 @@ func (c *Cluster) dropStale(ctx context.Context, reg *actor.Registry, sid string
 	if err := reg.Evict(ctx, sid); err != nil {
 		c.log.Warn("stop a stale session", "session", sid, "err", err)
 	}
+}
+
+// retried reports whether err from this node's registry is one that
+// another try, with the owner found again, may not meet: the session is
+// claimed elsewhere or a replica does not answer (ErrUnavailable), or
+// the session's actor stopped under the call (actor.ErrGone), which a
+// configuration that gives the session to another node does to it.
+func retried(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, actor.ErrGone)
 }
 
 func unwrapPermanent(err error) error {

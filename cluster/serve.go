@@ -183,7 +183,7 @@ func withActorCode(err error) error {
 		return WithCode(codeExists, err)
 	case errors.Is(err, actor.ErrClosed):
 		return WithCode(codeClosed, err)
-	case errors.Is(err, ErrUnavailable):
+	case retried(err):
 		return WithCode(codeUnavailable, err)
 	}
 	return err

@@ -2,12 +2,15 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/gateway"
 	"github.com/tether-dev/tether/gateway/node/nodetest"
 )
 
@@ -23,6 +26,30 @@ type node struct{ *nodetest.Node }
 func startNode(t *testing.T, o nodetest.Options) *node {
 	t.Helper()
 	return &node{nodetest.Start(t, o)}
+}
+
+// serveBackend serves a gateway over backend (a node's own, wrapped to
+// make something happen at the right moment) on a loopback port until
+// the test ends, and returns its WebSocket URL.
+func serveBackend(t *testing.T, backend gateway.Backend) string {
+	t.Helper()
+	srv, err := gateway.New(gateway.Config{Backend: backend, Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Error(err)
+		}
+	})
+	return "ws://" + ln.Addr().String() + "/v1/ws"
 }
 
 // wsc is a raw protocol-level client.

@@ -99,6 +99,10 @@ func (c *conn) openFailed(err error) {
 		c.closeWith(wire.CloseRestart, "node shutting down")
 	case errors.Is(err, ErrUnavailable):
 		c.fail(wire.CodeUnavailable, "the session's owner cannot be reached; retry", wire.CloseTryAgain)
+	case errors.Is(err, actor.ErrGone):
+		// The session's actor stopped under the hello (it moved to
+		// another node, or this one is stopping): a retry finds it anew.
+		c.fail(wire.CodeUnavailable, "the session moved while it was being opened; retry", wire.CloseTryAgain)
 	default:
 		c.srv.log.Error("open session", "session", c.sid, "err", err)
 		c.fail(wire.CodeInternal, "could not open the session", wire.CloseInternal)

@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -56,27 +54,11 @@ func TestResumeFramesLeaveTogether(t *testing.T) {
 	c.ws.Close()
 
 	h := holdBatch{Backend: gateway.Local(n.Registry), reached: make(chan struct{}), release: make(chan struct{}), once: new(sync.Once)}
-	srv, err := gateway.New(gateway.Config{Backend: h, Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(h.release) }) }
-	t.Cleanup(func() {
-		release()
-		srv.Close()
-		if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Error(err)
-		}
-	})
-
-	r := dial(t, "ws://"+ln.Addr().String()+"/v1/ws")
+	url := serveBackend(t, h)
+	t.Cleanup(release) // runs before the server's close (cleanups run last first)
+	r := dial(t, url)
 	r.send(map[string]any{"type": "hello", "token": tok, "session_id": sid, "last_seq": 0})
 	select {
 	case <-h.reached:
@@ -92,6 +74,6 @@ func TestResumeFramesLeaveTogether(t *testing.T) {
 	// gorilla does not read again after a timeout: a new connection takes
 	// the session over once the first is released.
 	release()
-	r2 := dial(t, "ws://"+ln.Addr().String()+"/v1/ws")
+	r2 := dial(t, url)
 	checkSession(t, r2.hello(tok, sid, 2), true, "resumed", 2, 300)
 }

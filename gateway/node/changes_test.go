@@ -195,7 +195,7 @@ func slowTiming() *cluster.Timing {
 
 func TestLeaveWithAReplicaDown(t *testing.T) {
 	t.Parallel()
-	c := &tcluster{t: t, o: opts{replicas: 2, forward: 3 * time.Second}}
+	c := &tcluster{t: t, o: opts{replicas: 2, forward: 3 * time.Second}, log: actortest.Logger(t)}
 	t.Cleanup(c.closeAll)
 	if _, err := c.start("n1", nil, func(cfg *node.Config) { cfg.Cluster.Timing = *slowTiming() }); err != nil {
 		t.Fatal(err)

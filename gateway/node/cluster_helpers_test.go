@@ -44,18 +44,6 @@ const waitFor = 30 * time.Second
 // wait it ends as soon as its condition holds.
 const settleFor = 90 * time.Second
 
-// quiet is the nodes' logger; TETHER_TEST_LOG=1 shows their logs,
-// TETHER_TEST_LOG=debug memberlist's too.
-var quiet = func() *slog.Logger {
-	switch os.Getenv("TETHER_TEST_LOG") {
-	case "":
-		return slog.New(slog.DiscardHandler)
-	case "debug":
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, nil))
-}()
-
 // opts shapes a test cluster.
 type opts struct {
 	replicas  int           // --replicas; default 2
@@ -81,6 +69,7 @@ type tnode struct {
 type tcluster struct {
 	t     testing.TB
 	o     opts
+	log   *slog.Logger // the nodes' (actortest.Logger): printed if the test fails
 	mu    sync.Mutex
 	nodes []*tnode
 	// dirs are the nodes' data directories. They are not t.TempDir()s:
@@ -119,7 +108,7 @@ func newCluster(t testing.TB, n int, o opts) *tcluster {
 	if o.forward == 0 {
 		o.forward = 3 * time.Second
 	}
-	c := &tcluster{t: t, o: o}
+	c := &tcluster{t: t, o: o, log: actortest.Logger(t)}
 	t.Cleanup(c.closeAll)
 	for range n {
 		c.add()
@@ -173,7 +162,7 @@ func (c *tcluster) start(id string, seeds []string, tweak func(*node.Config)) (*
 	c.dirs = append(c.dirs, dir)
 	c.mu.Unlock()
 	cfg := node.Config{
-		Dir: dir, NodeID: id, Logger: quiet.With("node", id),
+		Dir: dir, NodeID: id, Logger: c.log.With("node", id),
 		Actor:   actor.Config{Engine: agent, ReplayLimit: 1000, MaxTurns: 1000, FlushInterval: c.o.flush, HibernateAfter: c.o.hibernate},
 		Gateway: gateway.Config{Secret: secret, NoRateLimit: true},
 		Cluster: &cluster.Config{

@@ -228,7 +228,7 @@ func TestSnapshotFromAnyNode(t *testing.T) {
 // node given none forms a group of one and is ready at once.
 func TestReadyOnlyOnceJoined(t *testing.T) {
 	t.Parallel()
-	c := &tcluster{t: t, o: opts{replicas: 2, forward: 3 * time.Second}}
+	c := &tcluster{t: t, o: opts{replicas: 2, forward: 3 * time.Second}, log: actortest.Logger(t)}
 	t.Cleanup(c.closeAll)
 	seed := freeAddr(t) // nothing there yet
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -279,7 +279,7 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 // members store.
 func TestUnreachableLinkNotInConfiguration(t *testing.T) {
 	t.Parallel()
-	c := &tcluster{t: t, o: opts{replicas: 2, forward: time.Second}}
+	c := &tcluster{t: t, o: opts{replicas: 2, forward: time.Second}, log: actortest.Logger(t)}
 	t.Cleanup(c.closeAll)
 	n1, err := c.start("n1", nil, nil)
 	if err != nil {

@@ -3,9 +3,7 @@ package nodetest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -52,15 +50,6 @@ type Node struct {
 	Clock *actortest.ManualClock
 }
 
-// logger is the nodes' logger: silent, since a test's failure says what
-// went wrong, unless TETHER_TEST_LOG is set to see what the node did.
-var logger = func() *slog.Logger {
-	if os.Getenv("TETHER_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	return slog.New(slog.DiscardHandler)
-}()
-
 // Start starts a node on 127.0.0.1 (an ephemeral port) and closes it when
 // the test ends. It fails the test if the node does not start.
 func Start(t testing.TB, o Options) *Node {
@@ -93,7 +82,7 @@ func start(t testing.TB, o Options) (*Node, error) {
 		return nil, err
 	}
 	// node.New closes the listener if it fails.
-	nd, err := node.New(node.Config{Dir: n.Dir, Listener: ln, Actor: ac, Gateway: gc, Logger: logger})
+	nd, err := node.New(node.Config{Dir: n.Dir, Listener: ln, Actor: ac, Gateway: gc, Logger: actortest.Logger(t)})
 	if err != nil {
 		return nil, fmt.Errorf("start a node in %s: %w", n.Dir, err)
 	}
