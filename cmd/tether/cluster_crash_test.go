@@ -26,14 +26,20 @@ func TestClusterOwnerCrash(t *testing.T) {
 	owned := func(s *psession) bool { return place.Owner(s.sid) == c.ids[victim] }
 
 	// Sessions created through each node in turn, until the victim owns
-	// two with their client on another node and one with its client on it.
+	// two with their client on another node and one with its client on it
+	// (once the rest are there, only through the victim: each session
+	// costs the phases below a turn).
 	var ss []*psession
 	remote, direct := 0, 0
 	for i := 0; remote < 2 || direct < 1 || len(ss) < 6; i++ {
 		if i == 60 {
 			t.Fatal("60 sessions and the victim does not own the ones needed")
 		}
-		s := c.newSession(fmt.Sprintf("user-%d", i), i%3)
+		via := i % 3
+		if remote >= 2 && len(ss) >= 6 {
+			via = victim
+		}
+		s := c.newSession(fmt.Sprintf("user-%d", i), via)
 		switch {
 		case owned(s) && s.via == victim:
 			direct++
@@ -88,9 +94,16 @@ func TestClusterOwnerCrash(t *testing.T) {
 			}
 		}
 	})
+	// The call in flight ended (completed, or failed on the killed node)
+	// and the agent goes on: every session is sent one more message before
+	// any answer is awaited, so that their turns (a search of 1.5 s each)
+	// run at once.
 	for i, s := range ss {
-		s.reply(seqs[i]) // the call in flight ended (completed, or failed on the killed node) and the agent went on
-		s.reply(s.send(false))
+		s.reply(seqs[i])
+		seqs[i] = s.send(false)
+	}
+	for i, s := range ss {
+		s.reply(seqs[i])
 	}
 	c.waitMembers()
 	for _, s := range ss {
