@@ -160,11 +160,12 @@ func (c *Cluster) dropStale(ctx context.Context, reg *actor.Registry, sid string
 	}
 }
 
-// retried reports whether err from this node's registry is one that
-// another try, with the owner found again, may not meet: the session is
-// claimed elsewhere or a replica does not answer (ErrUnavailable), or
-// the session's actor stopped under the call (actor.ErrGone), which a
-// configuration that gives the session to another node does to it.
+// retried reports whether err from this node's registry is a passing
+// one, which another try with the owner found anew may not meet: the
+// session is claimed elsewhere or a replica does not answer
+// (ErrUnavailable), or the session's actor stopped under the call
+// (actor.ErrGone), as a configuration that gives the session to another
+// node stops it.
 func retried(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, actor.ErrGone)
 }
