@@ -3,24 +3,16 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/actor/actortest"
 )
 
-// quiet is the logger of test components; TETHER_TEST_LOG=1 shows their
-// logs (TETHER_TEST_LOG=debug includes memberlist's).
-var quiet = func() *slog.Logger {
-	switch os.Getenv("TETHER_TEST_LOG") {
-	case "":
-		return slog.New(slog.DiscardHandler)
-	case "debug":
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, nil))
-}()
+// quiet is the logger of test components (actortest.Quiet).
+var quiet = actortest.Quiet()
 
 // waitFor is how long eventually polls before failing: generous, since the
 // machine is shared.

@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,13 +23,8 @@ import (
 	"github.com/tether-dev/tether/gateway/wire"
 )
 
-// quiet is the logger of test nodes; TETHER_TEST_LOG=1 shows their logs.
-var quiet = func() *slog.Logger {
-	if os.Getenv("TETHER_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	return slog.New(slog.DiscardHandler)
-}()
+// quiet is the logger of test components (actortest.Quiet).
+var quiet = actortest.Quiet()
 
 // httpc keeps no idle connections, so no client goroutine outlives a test
 // (goleak checks the package).

@@ -21,4 +21,6 @@
 //   - Logger, Kept: a logger that keeps the newest Kept lines and prints
 //     them when the test fails (TETHER_TEST_LOG=1: everything, as it
 //     happens).
+//   - Quiet: the logger of test components no one test owns, silent
+//     unless TETHER_TEST_LOG is set.
 package actortest

@@ -20,16 +20,11 @@ const (
 // while the test passes, and when it fails the last Kept lines they
 // logged at Info and above are printed with the test's output, so that
 // a failure seen once, in a loaded CI run, says what the nodes were
-// doing. TETHER_TEST_LOG=1 writes everything to stderr as it happens
-// instead, and TETHER_TEST_LOG=debug includes Debug lines (memberlist's
-// among them).
+// doing. With TETHER_TEST_LOG set it is Quiet's logger instead, which
+// writes everything to stderr as it happens.
 func Logger(t testing.TB) *slog.Logger {
-	switch os.Getenv("TETHER_TEST_LOG") {
-	case "":
-	case "debug":
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	default:
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if os.Getenv("TETHER_TEST_LOG") != "" {
+		return Quiet()
 	}
 	r := &ring{}
 	t.Cleanup(func() {
@@ -40,13 +35,26 @@ func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(r, nil))
 }
 
+// Quiet is the logger for test components that no one test owns:
+// silent, unless TETHER_TEST_LOG=1 (everything at Info and above to
+// stderr) or TETHER_TEST_LOG=debug (Debug too, memberlist's among it).
+func Quiet() *slog.Logger {
+	switch os.Getenv("TETHER_TEST_LOG") {
+	case "":
+		return slog.New(slog.DiscardHandler)
+	case "debug":
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
 // ring keeps the newest Kept lines written to it; the text handler writes
 // one record per Write.
 type ring struct {
 	mu    sync.Mutex
 	lines []string
-	next  int // where the next line goes once lines is full
-	lost  int // lines dropped for newer ones
+	next  int  // where the next line goes once lines is full
+	lost  bool // a line was dropped for a newer one
 }
 
 func (r *ring) Write(p []byte) (int, error) {
@@ -62,7 +70,7 @@ func (r *ring) Write(p []byte) (int, error) {
 	}
 	r.lines[r.next] = line
 	r.next = (r.next + 1) % Kept
-	r.lost++
+	r.lost = true
 	return len(p), nil
 }
 
@@ -70,7 +78,7 @@ func (r *ring) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
-	if r.lost > 0 {
+	if r.lost {
 		b.WriteString("… (earlier lines dropped)\n")
 	}
 	for i := range r.lines {
