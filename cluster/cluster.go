@@ -335,8 +335,12 @@ func (c *Cluster) Stats() Stats {
 // leader commits a configuration without this node (and drops it from
 // Raft), so the sessions move to their replicas; then every session
 // actor here is stopped — its clients, wherever attached, told to
-// reconnect (1012) — and gossip says goodbye. Close follows.
+// reconnect (1012) — and gossip says goodbye. Close follows; after Close,
+// Leave returns at once: a closed node has no voice left to leave with.
 func (c *Cluster) Leave(ctx context.Context) error {
+	if c.ctx.Err() != nil {
+		return fmt.Errorf("cluster: leave after close: %w", ErrClosed)
+	}
 	c.mu.Lock()
 	c.left = true
 	reg := c.reg

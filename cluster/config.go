@@ -61,6 +61,12 @@ type Timing struct {
 	// RaftLease its leader lease; zero means Raft's defaults (1 s, 1 s,
 	// 500 ms).
 	RaftHeartbeat, RaftElection, RaftLease time.Duration
+	// RaftLeaderWait is how long a request that needs the committed
+	// configuration (a session's claim or creation) waits for a Raft
+	// leader while one is being elected, before it is answered
+	// unavailable. Zero means twice a heartbeat and an election timeout:
+	// about as long as replacing a dead leader takes.
+	RaftLeaderWait time.Duration
 }
 
 func timingFrom(c *memberlist.Config, rejoin time.Duration) Timing {

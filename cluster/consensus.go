@@ -46,7 +46,9 @@ type consensus struct {
 	trans  *raft.NetworkTransport
 	raft   *raft.Raft
 	lease  time.Duration
-	expect int
+	// leaderWait bounds how long fresh waits for a leader (Timing.RaftLeaderWait).
+	leaderWait time.Duration
+	expect     int
 
 	hadState    bool
 	kick        chan struct{} // gossip changed: the leader reconciles
@@ -102,6 +104,10 @@ func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
 		rc.CommitTimeout = min(rc.CommitTimeout, t.RaftLease/2)
 	}
 	cs.lease = 2 * rc.HeartbeatTimeout
+	cs.leaderWait = cfg.Timing.RaftLeaderWait
+	if cs.leaderWait <= 0 {
+		cs.leaderWait = 2 * (rc.HeartbeatTimeout + rc.ElectionTimeout)
+	}
 	if cs.raft, err = raft.NewRaft(rc, cs.fsm, cs.store, cs.store, snaps, cs.trans); err != nil {
 		_ = cs.trans.Close()
 		_ = cs.store.Close()

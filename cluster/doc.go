@@ -80,7 +80,9 @@
 // is computed over the newest configuration it has applied, and it claims
 // a session only under one it has caught up with (Raft's read index:
 // readindex.go), counted by what its FSM holds: Raft's AppliedIndex
-// counts entries handed to the FSM's goroutine, not applied by it.
+// counts entries handed to the FSM's goroutine, not applied by it. While
+// a leader is being elected it waits (Timing.RaftLeaderWait) rather than
+// failing at once: an election is a pause, not an outage.
 //
 // # Ownership changes
 //

@@ -90,15 +90,19 @@ func (s *raftStream) Close() error {
 	return nil
 }
 
+// track keeps c to be closed with the stream; a stream already closed
+// closes c instead (outside mu: c's Close takes it to forget itself).
 func (s *raftStream) track(c net.Conn) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return false
+	closed := s.closed
+	if !closed {
+		s.conns[c] = struct{}{}
 	}
-	s.conns[c] = struct{}{}
-	return true
+	s.mu.Unlock()
+	if closed {
+		_ = c.Close()
+	}
+	return !closed
 }
 
 // trackedConn forgets itself when closed, and reads through the buffer

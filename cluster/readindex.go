@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,14 +14,38 @@ import (
 // heartbeat round every verifyFor, not one per claim.
 const verifyFor = 50 * time.Millisecond
 
-// fresh is the committed configuration as of now, Raft's read-index way:
+// fresh is freshOnce, waiting out an election: a node that meets no
+// leader (the old one died or stepped down and the next is being elected)
+// or a new leader still catching up asks again until leaderWait has
+// passed. A send that wakes a sleeping session meanwhile is acked late
+// instead of its client being told to reconnect; a node cut off from the
+// majority still answers unavailable, leaderWait later.
+func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
+	deadline := time.Now().Add(cs.leaderWait)
+	for {
+		cfg, err := cs.freshOnce(ctx)
+		if err == nil || !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrCatchingUp) || !time.Now().Before(deadline) {
+			return cfg, err
+		}
+		select {
+		case <-ctx.Done():
+			return cfg, err
+		case <-time.After(leaderPoll):
+		}
+	}
+}
+
+// leaderPoll is how often fresh asks again while it waits for a leader.
+const leaderPoll = 20 * time.Millisecond
+
+// freshOnce is the committed configuration as of now, Raft's read-index way:
 // the leader confirms it still leads (a round of heartbeats, shared
 // across claims for verifyFor) and says how far it has committed, and
 // this node waits until its FSM has applied that much (not just Raft's
 // AppliedIndex: see fsmBehind). A follower that has
 // just heard from the leader again may not yet know the newest
 // configuration; a claim under an older one could serve a stale copy.
-func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
+func (cs *consensus) freshOnce(ctx context.Context) (Configuration, error) {
 	if _, err := cs.committed(); err != nil {
 		return Configuration{}, err
 	}

@@ -1,11 +1,11 @@
 package node_test
 
 import (
+	"testing"
 	"time"
 
-	"testing"
-
 	"github.com/tether-dev/tether/actor/actortest"
+	"github.com/tether-dev/tether/cluster"
 )
 
 // A session hibernates on its owner while its clients stay attached
@@ -63,4 +63,76 @@ func TestHibernateAcrossNodes(t *testing.T) {
 	log := wholeLog(t, c.nodes[0], tok, sid)
 	la.check(log)
 	lb.check(log)
+}
+
+// The Raft leader dies while a session sleeps on another node. The send
+// that wakes the session there meets no leader (an owner confirms the
+// newest configuration with the leader before it claims) and waits for
+// the next one to be elected: the client gets its ack, later, and is
+// never told to reconnect. Before, the wake failed at once and the
+// owner's clients were closed with 1012 (a make test run met this when a
+// starved leader stepped down in TestHibernateAcrossNodes).
+func TestWakeWaitsOutAnElection(t *testing.T) {
+	tm := cluster.TestTiming()
+	tm.RaftLeaderWait = waitFor // elections starve too under make test
+	c := newCluster(t, 3, opts{hibernate: 100 * time.Millisecond, timing: &tm})
+	var leader *tnode
+	actortest.EventuallyWithin(t, settleFor, "a Raft leader", func() bool {
+		for _, n := range c.nodes {
+			if n.Cluster.Stats().Raft.IsLeader {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	tok := token(t, "alice")
+	var own *tnode
+	var sid string
+	for range 50 { // a session the leader does not own
+		first, s := newSession(t, notLeader(c, leader), tok)
+		first.Drop()
+		if own, sid = owner(t, s.SessionID, c.nodes...), s.SessionID; own != leader {
+			break
+		}
+	}
+	if own == leader {
+		t.Fatal("the leader owns every session made")
+	}
+	l := newLedger(t)
+	cl := dial(t, own)
+	if s := cl.hello(tok, sid, 0); !s.Resumed {
+		t.Fatalf("resume via %s: %s", own.id, s.Raw)
+	} else {
+		l.observe(s)
+	}
+	cl.until("its history_batch", l.observe, func(f frame) bool { return f.Type == "history_batch" })
+	actortest.Eventually(t, "the session hibernates on its owner", func() bool { return own.Registry.Stats().Asleep == 1 })
+
+	if err := leader.Cluster.Close(); err != nil { // as if its process were killed: no leave
+		t.Fatal(err)
+	}
+	if err := cl.Write(sendFrame("m1", "while they elect")); err != nil {
+		t.Fatal(err)
+	}
+	ack := cl.until("the ack", l.observe, func(f frame) bool {
+		if f.Type == "session" || f.Type == "history_batch" {
+			t.Fatalf("the client was told of the wake: %s", f.Raw)
+		}
+		return f.Type == "ack" && f.ID == "m1"
+	})
+	cl.until("the reply", l.observe, func(f frame) bool { return f.Type == "message" && f.Role == "agent" && f.Seq == ack.Seq+1 })
+	if st := own.Registry.Stats(); st.Hibernations < 1 {
+		t.Fatalf("owner's stats %+v: the session never slept", st)
+	}
+}
+
+// notLeader is a node of c other than leader.
+func notLeader(c *tcluster, leader *tnode) *tnode {
+	for _, n := range c.nodes {
+		if n != leader {
+			return n
+		}
+	}
+	return nil
 }
