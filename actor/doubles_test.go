@@ -280,6 +280,7 @@ type testJournal struct {
 
 	claimGate    chan struct{} // when set, the next Claim waits for it
 	claimArrived chan string
+	created      func(sid string) // when set, called once a Create has stored the session
 	// Claims under way, and the most that were at once.
 	claiming, mostClaiming int
 }
@@ -333,6 +334,17 @@ func (j *testJournal) Load(sid string) (wal.SessionData, error) {
 func (j *testJournal) Header(sid string) (wal.Header, error) {
 	j.headers.Add(1)
 	return j.Log.Header(sid)
+}
+
+func (j *testJournal) Create(ctx context.Context, h wal.Header, context []byte) (wal.Header, error) {
+	hdr, err := j.Log.Create(ctx, h, context)
+	j.mu.Lock()
+	created := j.created
+	j.mu.Unlock()
+	if err == nil && created != nil {
+		created(hdr.SessionID)
+	}
+	return hdr, err
 }
 
 func (j *testJournal) Claim(ctx context.Context, sid string) (wal.SessionData, error) {

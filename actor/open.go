@@ -160,23 +160,29 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (*Handle, erro
 	if err := r.reserve(req.UserID); err != nil {
 		return nil, err
 	}
+	// The actor is registered before the session is stored, as get does
+	// for an activation: from the moment the log holds the new session,
+	// anyone else who activates it (a re-replication pass that found its
+	// copy, a takeover) waits for this actor instead of starting a second
+	// one, which would make this creation fail.
+	a := newActor(r, req.SessionID)
+	if err := r.register(a); err != nil {
+		r.ended(req.UserID)
+		return nil, err
+	}
 	now := r.clock.Now()
 	h, err := r.cfg.Journal.Create(ctx, wal.Header{
 		SessionID: req.SessionID, UserID: req.UserID, Status: wal.StatusActive, CreatedAt: now, LastActiveAt: now,
 	}, nil)
 	if err != nil {
+		r.failed(a, err)
 		r.ended(req.UserID)
 		return nil, err
 	}
-	a := newActor(r, req.SessionID)
 	a.s, _ = machine.New(r.sessionConfig(), machine.Restore{Data: wal.SessionData{Header: h}}, now)
 	a.epoch = h.Epoch
+	r.activations.Add(1)
 	close(a.readyCh)
-	if err := r.register(a); err != nil {
-		_ = r.cfg.Journal.Release(context.Background(), req.SessionID, h.Epoch)
-		r.ended(req.UserID)
-		return nil, err
-	}
 	reason := req.Reason
 	if reason == "" {
 		reason = machine.ReasonNew

@@ -14,6 +14,7 @@ import (
 	"github.com/tether-dev/tether/actor/machine"
 
 	"github.com/tether-dev/tether/actor/workers"
+	"github.com/tether-dev/tether/wal"
 )
 
 // Config configures a Registry. Only Journal is required; every other
@@ -441,21 +442,29 @@ func (r *Registry) start(ctx context.Context, a *actor, rec *machine.Recover, bo
 		err = r.activate(ctx, a)
 	}
 	if err != nil {
-		a.startErr = err
 		if !errors.Is(err, errIdle) {
 			// The connections a hibernation kept have no session here now.
 			r.closeSleepers(a.sid, machine.CloseShutdown, "the session could not be loaded here; reconnect")
 		}
-		// It has no machine: whoever found it meanwhile (Close, Evict)
-		// must not be able to post to it.
-		a.mu.Lock()
-		a.stopped = true
-		a.mu.Unlock()
-		r.remove(a)
-		close(a.done)
+		r.failed(a, err)
+		return err
 	}
 	close(a.readyCh)
-	return err
+	return nil
+}
+
+// failed ends a, registered but never given a machine: whoever waits on
+// a.ready() finds err in a.startErr.
+func (r *Registry) failed(a *actor, err error) {
+	a.startErr = err
+	// It has no machine: whoever found it meanwhile (Close, Evict) must
+	// not be able to post to it.
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+	r.remove(a)
+	close(a.done)
+	close(a.readyCh)
 }
 
 func (r *Registry) remove(a *actor) {
@@ -469,18 +478,18 @@ func (r *Registry) remove(a *actor) {
 	}
 }
 
-// register adds a just-activated actor, unless the registry closed.
+// register adds the actor of a session being created, unless the
+// registry closed or the session is active already (then it exists).
 func (r *Registry) register(a *actor) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return ErrClosed
 	}
-	if cur, ok := r.actors[a.sid]; ok && cur != a {
-		return fmt.Errorf("actor: session %s is already active", a.sid)
+	if _, ok := r.actors[a.sid]; ok {
+		return fmt.Errorf("%w: session %s is active", wal.ErrExists, a.sid)
 	}
 	r.actors[a.sid] = a
-	r.activations.Add(1)
 	return nil
 }
 
