@@ -50,6 +50,13 @@ func (j *journal) Create(ctx context.Context, h wal.Header, context []byte) (wal
 	if owner := j.c.cons.fsm.placement(cfg).Owner(h.SessionID); owner != j.c.cfg.Self.ID {
 		return wal.Header{}, fmt.Errorf("%w: %s owns %s under configuration %d", ErrUnavailable, owner, h.SessionID, cfg.Number)
 	}
+	// No copy of a new session exists under an older configuration, so
+	// a claim need not look for one there: the creator's copy is settled
+	// under this one, as its replicas' copies are once fenced. Otherwise
+	// a session nothing was written to yet would need, to be claimed, a
+	// holder of every configuration since the cluster began — the first
+	// one's only member, say, long after it died.
+	h.Settled = cfg.Number
 	hdr, err := j.local.CreateAt(ctx, h, context, cfg.Number<<epochShift)
 	if err != nil {
 		return wal.Header{}, err

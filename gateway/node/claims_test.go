@@ -150,3 +150,40 @@ func TestReleaseOfAnOlderClaimKeepsTheNewer(t *testing.T) {
 		t.Fatalf("%d copies hold the entry, want %d", copies, r)
 	}
 }
+
+// A session nothing has been written to yet is claimed after the node
+// that started the cluster is gone. That node was the only member of the
+// first configuration; a claim covers every configuration since the
+// newest a copy was written or settled under, and a new session's copy,
+// written under none, was taken to date from the first — whose only
+// member no longer answers. The session was unavailable for good (its
+// owner, its re-replication and every client's resume all failed so).
+// No copy of it can exist before the configuration it was created under.
+func TestUnwrittenSessionOutlivesTheFirstNode(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, opts{})
+	first := c.nodes[0] // the kit starts it alone: the first configuration's only member
+	var n *tnode
+	var sid string
+	for range 50 { // a session with a copy on first, which first does not own
+		n, sid = journalSession(t, c)
+		if _, held := header(first, sid); held && n != first {
+			break
+		}
+		n = nil
+	}
+	if n == nil {
+		t.Fatal("no session of 50 had a copy on the first node without being its")
+	}
+	c.stop(first)
+	err := untilAvailable(func() error {
+		d, err := n.Cluster.Journal().Claim(t.Context(), sid)
+		if err == nil {
+			_ = n.Cluster.Journal().Release(t.Context(), sid, d.Header.Epoch)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("claim %s on %s after %s left: %v", sid, n.id, first.id, err)
+	}
+}
