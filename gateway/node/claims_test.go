@@ -163,11 +163,12 @@ func TestUnwrittenSessionOutlivesTheFirstNode(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3, opts{})
 	first := c.nodes[0] // the kit starts it alone: the first configuration's only member
+	after := cluster.NewPlacement([]string{c.nodes[1].id, c.nodes[2].id}, cluster.PlacementConfig{})
 	var n *tnode
 	var sid string
-	for range 50 { // a session with a copy on first, which first does not own
+	for range 50 { // a session with a copy on first, owned by another node before and after first leaves
 		n, sid = journalSession(t, c)
-		if _, held := header(first, sid); held && n != first {
+		if _, held := header(first, sid); held && n != first && after.Owner(sid) == n.id {
 			break
 		}
 		n = nil

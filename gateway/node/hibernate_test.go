@@ -87,16 +87,25 @@ func TestWakeWaitsOutAnElection(t *testing.T) {
 		return false
 	})
 	tok := token(t, "alice")
-	// A session the leader neither owns nor holds a copy of: a claim
-	// needs every replica (R copies means R), and a dead one stays in
-	// the configuration until the leader's successor takes it out.
+	// A session the leader neither owns nor holds a copy of (a claim
+	// needs every replica, R copies means R, and a dead one stays in the
+	// configuration until the leader's successor takes it out), and
+	// whose owner stays its owner once it has (else the move would tell
+	// the client to reconnect, as it should).
+	var rest []string
+	for _, n := range c.nodes {
+		if n != leader {
+			rest = append(rest, n.id)
+		}
+	}
+	after := cluster.NewPlacement(rest, cluster.PlacementConfig{})
 	var own *tnode
 	var sid string
 	for range 50 {
 		first, s := newSession(t, notLeader(c, leader), tok)
 		first.Drop()
 		own, sid = owner(t, s.SessionID, c.nodes...), s.SessionID
-		if _, held := header(leader, sid); !held && own != leader {
+		if _, held := header(leader, sid); !held && own != leader && after.Owner(sid) == own.id {
 			break
 		}
 		own = nil
