@@ -58,6 +58,12 @@ type consensus struct {
 	missing     map[string]time.Time // voters gossip does not list, since when (under reconcileMu)
 	closeErr    error
 
+	// verifyMu is held (read) across a VerifyLeader and taken by close
+	// before Raft shuts down: a verification queued in a Raft that then
+	// shuts down is never answered.
+	verifyMu sync.RWMutex
+	closing  bool // under verifyMu
+
 	mu            sync.Mutex
 	leaderSince   time.Time // zero while not the leader
 	barrierDone   bool
@@ -95,14 +101,7 @@ func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
 		Stream: cs.stream, MaxPool: 3, Timeout: 5 * time.Second, Logger: hl,
 		ServerAddressProvider: gossipAddrs{c},
 	})
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.Self.ID)
-	rc.Logger = hl
-	rc.SnapshotThreshold, rc.TrailingLogs = 64, 128
-	if t := cfg.Timing; t.RaftHeartbeat > 0 {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t.RaftHeartbeat, t.RaftElection, t.RaftLease
-		rc.CommitTimeout = min(rc.CommitTimeout, t.RaftLease/2)
-	}
+	rc := raftConfig(cfg.Self.ID, cfg.Timing, hl)
 	cs.lease = 2 * rc.HeartbeatTimeout
 	cs.leaderWait = cfg.Timing.RaftLeaderWait
 	if cs.leaderWait <= 0 {
@@ -120,6 +119,25 @@ func newConsensus(c *Cluster, changed func(Configuration)) (*consensus, error) {
 		}
 	}
 	return cs, nil
+}
+
+// raftConfig is this node's Raft configuration.
+func raftConfig(id string, t Timing, hl hclog.Logger) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(id)
+	rc.Logger = hl
+	rc.SnapshotThreshold, rc.TrailingLogs = 64, 128
+	if t.RaftHeartbeat > 0 {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t.RaftHeartbeat, t.RaftElection, t.RaftLease
+		rc.CommitTimeout = min(rc.CommitTimeout, t.RaftLease/2)
+	}
+	// A leader that takes itself out of the group (Leave) would shut its
+	// Raft down at once, and a VerifyLeader already queued then (Raft
+	// buffers them) is never answered: a peer's read index served here
+	// hung, and Close with it. It becomes a follower instead, answering
+	// every verification, until close shuts Raft down.
+	rc.ShutdownOnRemove = false
+	return rc
 }
 
 // bootstrap forms the first Raft group of the given members.
@@ -313,6 +331,11 @@ func (cs *consensus) poke() {
 // close stops Raft; safe twice.
 func (cs *consensus) close() error {
 	cs.closeOnce.Do(func() {
+		// Every verification under way is answered by the live Raft
+		// first; none starts after (see verified).
+		cs.verifyMu.Lock()
+		cs.closing = true
+		cs.verifyMu.Unlock()
 		err := cs.raft.Shutdown().Error()
 		cs.closeErr = errors.Join(err, cs.trans.Close(), cs.stream.Close(), cs.store.Close())
 	})

@@ -96,6 +96,11 @@ func (cs *consensus) verified() (uint64, error) {
 		return i, nil
 	}
 	cs.mu.Unlock()
+	cs.verifyMu.RLock()
+	defer cs.verifyMu.RUnlock()
+	if cs.closing {
+		return 0, fmt.Errorf("%w: %v", ErrNoLeader, raft.ErrRaftShutdown)
+	}
 	index := cs.raft.CommitIndex()
 	if err := cs.raft.VerifyLeader().Error(); err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrNoLeader, err)
