@@ -36,6 +36,63 @@ func (r *Registry) activate(ctx context.Context, a *actor) error {
 	return nil
 }
 
+// start brings a, just put in r.actors, to life: it brings the session
+// up to date first when rec is set, then activates it — unless this is a
+// pass of recovery alone (bootPass) and the session has nothing in flight
+// (errIdle). Whoever waits on a.ready() finds the outcome in a.startErr.
+func (r *Registry) start(ctx context.Context, a *actor, rec *machine.Recover, bootPass bool) error {
+	var err error
+	if rec != nil {
+		var work bool
+		work, err = r.recoverOne(ctx, a.sid, *rec)
+		if err == nil && !work && bootPass {
+			err = errIdle
+		}
+	}
+	if err == nil {
+		err = r.activate(ctx, a)
+	}
+	if err != nil {
+		if !errors.Is(err, errIdle) {
+			// The connections a hibernation kept have no session here now.
+			r.closeSleepers(a.sid, machine.CloseShutdown, "the session could not be loaded here; reconnect")
+		}
+		r.failed(a, err)
+		return err
+	}
+	close(a.readyCh)
+	return nil
+}
+
+// failed ends a, registered but never given a machine: whoever waits on
+// a.ready() finds err in a.startErr.
+func (r *Registry) failed(a *actor, err error) {
+	a.startErr = err
+	// It has no machine: whoever found it meanwhile (Close, Evict) must
+	// not be able to post to it.
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+	r.remove(a)
+	close(a.done)
+	close(a.readyCh)
+}
+
+// register adds the actor of a session being created, unless the
+// registry closed or the session is active already (then it exists).
+func (r *Registry) register(a *actor) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.actors[a.sid]; ok {
+		return fmt.Errorf("%w: session %s is active", wal.ErrExists, a.sid)
+	}
+	r.actors[a.sid] = a
+	return nil
+}
+
 // load builds the machine of a claimed session: its state and context,
 // its newest entries with one range read, and, only when the log holds
 // more than those, the filter of its older send ids. A state or context
