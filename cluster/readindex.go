@@ -24,7 +24,8 @@ func (cs *consensus) fresh(ctx context.Context) (Configuration, error) {
 	deadline := time.Now().Add(cs.leaderWait)
 	for {
 		cfg, err := cs.freshOnce(ctx)
-		if err == nil || !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrCatchingUp) || !time.Now().Before(deadline) {
+		electing := errors.Is(err, ErrNoLeader) || errors.Is(err, ErrCatchingUp)
+		if !electing || !time.Now().Before(deadline) {
 			return cfg, err
 		}
 		select {

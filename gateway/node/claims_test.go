@@ -163,7 +163,7 @@ func TestUnwrittenSessionOutlivesTheFirstNode(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3, opts{})
 	first := c.nodes[0] // the kit starts it alone: the first configuration's only member
-	after := cluster.NewPlacement([]string{c.nodes[1].id, c.nodes[2].id}, cluster.PlacementConfig{})
+	after := placementWithout(c, first)
 	var n *tnode
 	var sid string
 	for range 50 { // a session with a copy on first, owned by another node before and after first leaves

@@ -303,6 +303,28 @@ func active(sid string, nodes ...*tnode) []string {
 	return out
 }
 
+// other is a node of c other than n.
+func other(c *tcluster, n *tnode) *tnode {
+	for _, o := range c.nodes {
+		if o != n {
+			return o
+		}
+	}
+	return nil
+}
+
+// placementWithout is where c's sessions go once gone has left the
+// configuration: the nodes' default placement over the others.
+func placementWithout(c *tcluster, gone *tnode) *cluster.Placement {
+	var ids []string
+	for _, n := range c.nodes {
+		if n != gone {
+			ids = append(ids, n.id)
+		}
+	}
+	return cluster.NewPlacement(ids, cluster.PlacementConfig{})
+}
+
 // header reads a node's own copy of sid.
 func header(n *tnode, sid string) (wal.Header, bool) {
 	h, err := n.Log.Header(sid)

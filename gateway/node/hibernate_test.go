@@ -92,17 +92,11 @@ func TestWakeWaitsOutAnElection(t *testing.T) {
 	// configuration until the leader's successor takes it out), and
 	// whose owner stays its owner once it has (else the move would tell
 	// the client to reconnect, as it should).
-	var rest []string
-	for _, n := range c.nodes {
-		if n != leader {
-			rest = append(rest, n.id)
-		}
-	}
-	after := cluster.NewPlacement(rest, cluster.PlacementConfig{})
+	after := placementWithout(c, leader)
 	var own *tnode
 	var sid string
 	for range 50 {
-		first, s := newSession(t, notLeader(c, leader), tok)
+		first, s := newSession(t, other(c, leader), tok)
 		first.Drop()
 		own, sid = owner(t, s.SessionID, c.nodes...), s.SessionID
 		if _, held := header(leader, sid); !held && own != leader && after.Owner(sid) == own.id {
@@ -139,14 +133,4 @@ func TestWakeWaitsOutAnElection(t *testing.T) {
 	if st := own.Registry.Stats(); st.Hibernations < 1 {
 		t.Fatalf("owner's stats %+v: the session never slept", st)
 	}
-}
-
-// notLeader is a node of c other than leader.
-func notLeader(c *tcluster, leader *tnode) *tnode {
-	for _, n := range c.nodes {
-		if n != leader {
-			return n
-		}
-	}
-	return nil
 }
